@@ -1,0 +1,218 @@
+"""The command line: flags -> ScanConfig -> Scanner -> report -> exit code. Only this module prints.
+
+Exit codes: 0 no finding at or above --fail-on; 1 such findings; 2 usage or internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from vlmlint import __version__
+from vlmlint.rules import ALL_RULES, RULES_BY_CODE, Severity
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+app = typer.Typer(
+    name="vlmlint",
+    help="Lint image+text datasets for vision-language models before training.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+
+
+class FailLevel(str, Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(message: str) -> typer.Exit:
+    _stderr().print(f"[bold red]vlmlint:[/] {message}", markup=True, highlight=False)
+    return typer.Exit(EXIT_ERROR)
+
+
+def _progress(enabled: bool):
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed} rows"),
+        TimeElapsedColumn(),
+        console=_stderr(),
+        transient=True,
+        disable=not enabled,
+    )
+
+
+@app.command()
+def scan(
+    dataset: Annotated[
+        str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
+    ],
+    model: Annotated[str, typer.Option("--model", "-m", help="Processor folder or Hugging Face hub id.")],
+    layout: Annotated[
+        str | None, typer.Option(help="Force a row layout: llava, sharegpt, openai, alpaca, captions.")
+    ] = None,
+    image_root: Annotated[
+        str | None, typer.Option(help="Folder that relative image paths are resolved against.")
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option(help="Split of a Hugging Face dataset (default: train).")
+    ] = None,
+    streaming: Annotated[bool, typer.Option(help="Stream a hub dataset instead of downloading it.")] = False,
+    max_length: Annotated[
+        int | None,
+        typer.Option(help="Maximum sequence length (default: the model's max_position_embeddings).", min=1),
+    ] = None,
+    exact: Annotated[
+        bool, typer.Option(help="Decode every image and run the model's real image processor.")
+    ] = False,
+    chat_template: Annotated[
+        bool,
+        typer.Option(
+            "--chat-template/--no-chat-template",
+            help="Render rows with the model's chat template, or count the raw text.",
+        ),
+    ] = True,
+    add_generation_prompt: Annotated[
+        bool, typer.Option(help="Render with add_generation_prompt=True (eval prompts).")
+    ] = False,
+    trust_remote_code: Annotated[
+        bool, typer.Option(help="Allow processors that run code from the model repository.")
+    ] = False,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Report on stdout: text, json or jsonl.")
+    ] = OutputFormat.text,
+    report: Annotated[str | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+    all_rows: Annotated[
+        bool, typer.Option(help="With --format jsonl: one line per row (counts and codes), not per finding.")
+    ] = False,
+    fail_on: Annotated[
+        FailLevel, typer.Option(help="Exit 1 when a finding is at or above this severity.")
+    ] = FailLevel.error,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
+) -> None:
+    """Scan a dataset and report the rows that would overflow or mismatch for the model."""
+    from vlmlint.config import ScanConfig
+    from vlmlint.engine import Scanner
+    from vlmlint.models import ModelError
+    from vlmlint.readers import DatasetError
+    from vlmlint.report import Summary, build_report, row_record, write_report_file
+    from vlmlint.report.json_report import dumps, settings_record
+
+    config = ScanConfig(
+        dataset=dataset,
+        model=model,
+        layout=layout,
+        image_root=image_root,
+        split=split,
+        streaming=streaming,
+        max_length=max_length,
+        exact=exact,
+        use_chat_template=chat_template,
+        add_generation_prompt=add_generation_prompt,
+        trust_remote_code=trust_remote_code,
+        fail_on=Severity(fail_on.value),
+    )
+    try:
+        scanner = Scanner(config)
+    except ModelError as exc:
+        raise _fail(str(exc)) from None
+    stdout = sys.stdout
+    summary = Summary()
+    show_progress = not quiet and sys.stderr.isatty()
+    try:
+        with _progress(show_progress) as progress:
+            task = progress.add_task(f"scanning {dataset}", total=None)
+            for outcome in scanner.scan():
+                summary.add(outcome)
+                progress.advance(task)
+                if output_format is OutputFormat.jsonl:
+                    if all_rows:
+                        stdout.write(dumps_line(row_record(outcome)))
+                    else:
+                        for finding in outcome.findings:
+                            stdout.write(dumps_line(finding.to_dict()))
+    except DatasetError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted") from None
+    except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
+        raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
+
+    full_report = build_report(
+        summary, scanner.model.describe(), settings_record(config, scanner.context.max_length)
+    )
+    if report:
+        write_report_file(report, full_report)
+    if output_format is OutputFormat.json:
+        stdout.write(dumps(full_report).decode() + "\n")
+    elif output_format is OutputFormat.text:
+        from vlmlint.report.text import render_text
+
+        # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
+        width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
+        render_text(summary, Console(file=stdout, width=width), model_name=model, max_rows=table_rows)
+    stdout.flush()
+    raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+
+
+def dumps_line(record: dict) -> str:
+    import orjson
+
+    return orjson.dumps(record).decode() + "\n"
+
+
+@app.command("rules")
+def list_rules() -> None:
+    """List every rule: code, name, default severity and what it finds."""
+    console = Console()
+    for rule in ALL_RULES:
+        console.print(
+            f"{rule.code}  {rule.name:<28} {rule.severity.value:<8} {rule.summary()}", highlight=False
+        )
+
+
+@app.command("rule")
+def show_rule(code: Annotated[str, typer.Argument(help="A rule code such as VLM301.")]) -> None:
+    """Print one rule's documentation."""
+    rule = RULES_BY_CODE.get(code.upper())
+    if rule is None:
+        raise _fail(f"unknown rule {code!r}; see 'vlmlint rules'")
+    print(f"{rule.code} {rule.name} ({rule.severity.value})\n\n{rule.documentation()}")
+
+
+@app.command()
+def version() -> None:
+    """Print vlmlint's version."""
+    print(f"vlmlint {__version__}")
+
+
+def main() -> None:
+    # transformers prints backend advice ("PyTorch was not found") at import; vlmlint needs no torch.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    app()
+
+
+if __name__ == "__main__":
+    main()

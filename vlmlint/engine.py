@@ -1,0 +1,224 @@
+"""The engine: samples -> image facts and token counts -> rule findings. It never prints or exits.
+
+Rows are processed in chunks so that the tokenizer sees a batch at a time. For each row the engine
+reads every image's header (or, with `exact`, decodes it and runs the real image processor), counts
+its placeholder tokens with the model family's formula, renders the conversation with the model's
+chat template exactly as `processor.apply_chat_template` does, and tokenizes it. The sequence length
+is that of the input_ids `processor(text=rendered, images=images)` would return: the rendered text's
+tokens plus, per image, the ids its placeholder expands into beyond the one the template wrote.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from typing import Any
+
+from vlmlint.config import ScanConfig
+from vlmlint.images import ImageProblem, decode_image, read_header
+from vlmlint.models import CountError, ImageCount, Model, load_model
+from vlmlint.readers import iter_samples
+from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
+from vlmlint.sample import ImageInfo, ImageRef, Message, RowResult, Sample
+
+_IMAGE_CACHE_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    result: RowResult
+    findings: tuple[Finding, ...]
+
+
+@dataclass
+class _Prepared:
+    sample: Sample
+    images: tuple[ImageInfo, ...]
+    placeholders: int
+    text: str | None = None
+    extra_tokens: int = 0
+    count_error: str | None = None
+
+
+def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Messages as processor.apply_chat_template receives them: typed parts, images in place."""
+    return [
+        {
+            "role": message.role.value,
+            "content": [
+                {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
+                for part in message.parts
+            ],
+        }
+        for message in messages
+    ]
+
+
+class Scanner:
+    """Scans samples against one model. Build once, then call `scan()`; safe to reuse across datasets."""
+
+    def __init__(
+        self, config: ScanConfig, model: Model | None = None, rules: Iterable[type[Rule]] = ALL_RULES
+    ):
+        self.config = config
+        self.model = model or load_model(config.model, trust_remote_code=config.trust_remote_code)
+        self.family = self.model.family
+        self.rules = [rule() for rule in rules]
+        self.context = RuleContext(
+            max_length=config.max_length or self.model.max_position_embeddings,
+            image_placeholder=self.family.placeholder,
+        )
+        self.template = self.model.chat_template if config.use_chat_template else None
+        self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
+        settings = self.model.settings
+        self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(lambda h, w: self.family.count(h, w, settings))
+
+    # -- images -----------------------------------------------------------------------------------
+
+    def _measure(self, ref: ImageRef) -> ImageInfo:
+        try:
+            header = read_header(ref)
+            if self.config.exact:
+                count = self._count_exact(ref)
+            else:
+                count = self._count(header.height, header.width)
+        except ImageProblem as problem:
+            return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
+        except CountError as exc:
+            return ImageInfo(
+                reference=ref.reference,
+                width=header.width,
+                height=header.height,
+                format=header.format,
+                mode=header.mode,
+                error_code="rejected",
+                error=str(exc),
+            )
+        return ImageInfo(
+            reference=ref.reference,
+            width=header.width,
+            height=header.height,
+            format=header.format,
+            mode=header.mode,
+            resized_width=count.resized_width,
+            resized_height=count.resized_height,
+            grid=count.grid,
+            tokens=count.tokens,
+        )
+
+    def _count_exact(self, ref: ImageRef) -> ImageCount:
+        image = decode_image(ref)
+        return self.family.count_exact(self.model.image_processor, image, self.model.settings)
+
+    def image_info(self, ref: ImageRef) -> ImageInfo:
+        """Facts about one image; files are cached by path since datasets reuse images."""
+        if ref.path is None:
+            return self._measure(ref)
+        cached = self._image_cache.get(ref.path)
+        if cached is None:
+            cached = self._measure(ref)
+            self._image_cache[ref.path] = cached
+            if len(self._image_cache) > _IMAGE_CACHE_SIZE:
+                self._image_cache.popitem(last=False)
+        elif cached.reference != ref.reference:
+            cached = ImageInfo(**{**cached.__dict__, "reference": ref.reference})
+        return cached
+
+    # -- text -------------------------------------------------------------------------------------
+
+    def render(self, messages: tuple[Message, ...]) -> str:
+        """The text the processor tokenizes: the chat template's output, or the raw turns joined."""
+        if self.template is None:
+            turns = (
+                "".join(
+                    self.family.raw_image_prompt if part.is_image else part.text for part in message.parts
+                )
+                for message in messages
+            )
+            return "\n".join(turns)
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        prompts, _ = render_jinja_template(
+            conversations=[conversation_for_template(messages)],
+            chat_template=self.template,
+            add_generation_prompt=self.config.add_generation_prompt,
+            **self.model.tokenizer.special_tokens_map,
+        )
+        return prompts[0]
+
+    def _prepare(self, sample: Sample) -> _Prepared:
+        if sample.problems:
+            return _Prepared(sample, (), 0)
+        images = tuple(self.image_info(ref) for ref in sample.images)
+        placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
+        prepared = _Prepared(sample, images, placeholders)
+        if placeholders != len(images) or any(info.error_code for info in images):
+            return prepared  # the processor would refuse the row; the rules say why
+        try:
+            text = self.render(sample.messages)
+        except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
+            prepared.count_error = f"template: the chat template rejects this row: {exc}"
+            return prepared
+        written = text.count(self.family.placeholder)
+        if written != len(images):
+            prepared.count_error = (
+                f"placeholder: the rendered text holds {written} {self.family.placeholder} token(s) "
+                f"for {len(images)} image(s)"
+            )
+            return prepared
+        prepared.text = text
+        prepared.extra_tokens = sum(
+            self.family.extra_tokens(
+                ImageCount(info.resized_height, info.resized_width, info.grid, info.tokens)
+            )
+            for info in images
+        )
+        return prepared
+
+    def _token_lengths(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        encoded = self.model.tokenizer(texts, add_special_tokens=True, return_attention_mask=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    def _result(self, prepared: _Prepared, length: int | None) -> RowResult:
+        seq_len = text_tokens = None
+        if length is not None:
+            seq_len = length + prepared.extra_tokens
+            text_tokens = seq_len - sum(info.tokens or 0 for info in prepared.images)
+        return RowResult(
+            sample=prepared.sample,
+            images=prepared.images,
+            placeholders=prepared.placeholders,
+            text_tokens=text_tokens,
+            seq_len=seq_len,
+            count_error=prepared.count_error,
+        )
+
+    def check(self, result: RowResult) -> tuple[Finding, ...]:
+        return tuple(finding for rule in self.rules for finding in rule.check(result, self.context))
+
+    def scan_samples(self, samples: Iterable[Sample]) -> Iterator[RowOutcome]:
+        iterator = iter(samples)
+        while chunk := list(islice(iterator, self.config.batch_size)):
+            prepared = [self._prepare(sample) for sample in chunk]
+            lengths = iter(self._token_lengths([p.text for p in prepared if p.text is not None]))
+            for item in prepared:
+                result = self._result(item, next(lengths) if item.text is not None else None)
+                yield RowOutcome(result, self.check(result))
+
+    def scan(self) -> Iterator[RowOutcome]:
+        config = self.config
+        samples = iter_samples(
+            config.dataset,
+            layout=config.layout,
+            image_root=config.image_root,
+            split=config.split,
+            streaming=config.streaming,
+        )
+        return self.scan_samples(samples)

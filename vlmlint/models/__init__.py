@@ -1,0 +1,155 @@
+"""Models: load a processor's settings, tokenizer and chat template, and count image tokens per family.
+
+Nothing here imports torch or torchvision. transformers 5.x refuses `AutoProcessor` for Qwen-VL and
+about 40 other processors when torchvision is missing, so vlmlint loads the parts it needs itself:
+`AutoImageProcessor` (which falls back to the PIL backend), `AutoTokenizer`, the chat template file
+and config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlmlint.models.base import CountError, Family, ImageCount
+from vlmlint.models.registry import FAMILIES, find_family
+
+__all__ = ["FAMILIES", "CountError", "Family", "ImageCount", "Model", "ModelError", "load_model"]
+
+
+class ModelError(Exception):
+    """The model cannot be loaded or is not supported; the message says what to do."""
+
+
+@dataclass
+class Model:
+    name: str
+    family: Family
+    settings: Any
+    image_processor: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    chat_template: str | None = field(default=None, repr=False)
+    max_position_embeddings: int | None = None
+    processor_class: str | None = None
+    image_processor_type: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        settings = getattr(self.settings, "__dict__", {}) or {}
+        return {
+            "name": self.name,
+            "family": self.family.name,
+            "processor_class": self.processor_class,
+            "image_processor": type(self.image_processor).__name__,
+            "tokenizer": type(self.tokenizer).__name__,
+            "chat_template": self.chat_template is not None,
+            "max_position_embeddings": self.max_position_embeddings,
+            "image_settings": dict(settings),
+        }
+
+
+def _model_file(model: str, filename: str) -> str | None:
+    """Path of a file of a local folder or a hub repo (downloaded and cached), or None when absent."""
+    if os.path.isdir(model):
+        path = os.path.join(model, filename)
+        return path if os.path.isfile(path) else None
+    from transformers.utils import cached_file
+
+    try:
+        return cached_file(model, filename, _raise_exceptions_for_missing_entries=False)
+    except OSError:
+        return None
+
+
+def _read_json(model: str, filename: str) -> dict[str, Any]:
+    path = _model_file(model, filename)
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{model}: cannot read {filename}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _read_chat_template(model: str, tokenizer: Any) -> str | None:
+    """The processor's chat template (what processor.apply_chat_template uses), else the tokenizer's."""
+    path = _model_file(model, "chat_template.jinja")
+    if path is not None:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    for filename in ("chat_template.json", "processor_config.json"):
+        template = _read_json(model, filename).get("chat_template")
+        if isinstance(template, str):
+            return template
+    template = getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) else None
+
+
+def _max_position_embeddings(config: dict[str, Any]) -> int | None:
+    for section in (config.get("text_config") or {}, config):
+        value = section.get("max_position_embeddings") if isinstance(section, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
+    """Load what vlmlint needs of a processor folder or hub id, without torch."""
+    preprocessor = _read_json(name, "preprocessor_config.json")
+    processor_config = _read_json(name, "processor_config.json")
+    nested = (
+        processor_config.get("image_processor")
+        if isinstance(processor_config.get("image_processor"), dict)
+        else {}
+    )
+    if not preprocessor and not nested:
+        raise ModelError(
+            f"{name}: no preprocessor_config.json or processor_config.json found; "
+            "pass a processor folder or a hub id of a vision-language model"
+        )
+    image_config = preprocessor or nested
+    processor_class = processor_config.get("processor_class") or image_config.get("processor_class")
+    image_processor_type = image_config.get("image_processor_type")
+    family = find_family(processor_class, image_processor_type)
+    if family is None:
+        raise ModelError(
+            f"{name}: processor {processor_class or image_processor_type!r} is not a family vlmlint counts yet; "
+            f"supported: {', '.join(f.title for f in FAMILIES)}"
+        )
+    if not trust_remote_code and ("auto_map" in image_config or "auto_map" in processor_config):
+        raise ModelError(
+            f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
+        )
+
+    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # keep transformers' backend notices off the report
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            image_processor = AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        raise ModelError(f"{name}: cannot load its image processor or tokenizer: {exc}") from None
+    try:
+        settings = family.settings_from(image_processor)
+    except CountError as exc:
+        raise ModelError(f"{name}: {exc}") from None
+    return Model(
+        name=name,
+        family=family,
+        settings=settings,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=_read_chat_template(name, tokenizer),
+        max_position_embeddings=_max_position_embeddings(_read_json(name, "config.json")),
+        processor_class=processor_class,
+        image_processor_type=image_processor_type,
+    )

@@ -1,0 +1,108 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL: smart_resize, then one <|image_pad|> per merged patch.
+
+Processor (transformers 5.x `Qwen2VLProcessor.replace_image_token`): each <|image_pad|> the chat
+template writes between <|vision_start|> and <|vision_end|> becomes grid_t*grid_h*grid_w / merge^2
+copies of itself; the start and end tokens stay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vlmlint.models.base import CountError, Family, ImageCount
+
+MAX_ASPECT_RATIO = 200
+
+
+@dataclass(frozen=True)
+class QwenSettings:
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    min_pixels: int
+    max_pixels: int
+    do_resize: bool = True
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+
+def settings_from(image_processor: Any) -> QwenSettings:
+    size = image_processor.size  # transformers folds legacy min_pixels/max_pixels keys into size
+    min_pixels = getattr(size, "shortest_edge", None)
+    max_pixels = getattr(size, "longest_edge", None)
+    if not min_pixels or not max_pixels:
+        raise CountError(f"size must hold shortest_edge and longest_edge (pixel counts), got {size}")
+    return QwenSettings(
+        patch_size=int(image_processor.patch_size),
+        merge_size=int(image_processor.merge_size),
+        temporal_patch_size=int(image_processor.temporal_patch_size),
+        min_pixels=int(min_pixels),
+        max_pixels=int(max_pixels),
+        do_resize=bool(getattr(image_processor, "do_resize", True)),
+    )
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' smart_resize, to the bit: Python's round() is banker's rounding there too."""
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise CountError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def count(height: int, width: int, settings: QwenSettings) -> ImageCount:
+    if settings.do_resize:
+        resized_height, resized_width = smart_resize(
+            height, width, settings.factor, settings.min_pixels, settings.max_pixels
+        )
+    else:
+        resized_height, resized_width = height, width
+    grid_h, grid_w = resized_height // settings.patch_size, resized_width // settings.patch_size
+    if grid_h % settings.merge_size or grid_w % settings.merge_size or not grid_h or not grid_w:
+        raise CountError(
+            f"{width}x{height} is not a multiple of patch*merge={settings.factor} and do_resize is off"
+        )
+    return ImageCount(
+        resized_height, resized_width, (1, grid_h, grid_w), grid_h * grid_w // settings.merge_size**2
+    )
+
+
+def count_exact(image_processor: Any, image: Any, settings: QwenSettings) -> ImageCount:
+    """Run the model's real image processor on decoded pixels and read image_grid_thw."""
+    try:
+        output = image_processor(images=[image])
+    except ValueError as exc:
+        raise CountError(str(exc)) from None
+    grid_t, grid_h, grid_w = (int(v) for v in output["image_grid_thw"][0])
+    tokens = grid_t * grid_h * grid_w // settings.merge_size**2
+    return ImageCount(
+        grid_h * settings.patch_size, grid_w * settings.patch_size, (grid_t, grid_h, grid_w), tokens
+    )
+
+
+FAMILY = Family(
+    name="qwen-vl",
+    title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
+    processor_classes=("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor"),
+    image_processor_types=("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast", "Qwen2VLImageProcessorPil"),
+    placeholder="<|image_pad|>",
+    raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>",
+    settings_from=settings_from,
+    count=count,
+    count_exact=count_exact,
+)

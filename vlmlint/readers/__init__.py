@@ -1,0 +1,100 @@
+"""Readers: a dataset (file, folder or hub id) -> a stream of Sample records, one row at a time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from vlmlint.readers.folder import has_metadata, is_image_name, read_imagefolder, read_sidecar_folder
+from vlmlint.readers.hf import (
+    is_saved_dataset,
+    read_arrow,
+    read_hub_dataset,
+    read_parquet,
+    read_saved_dataset,
+)
+from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
+from vlmlint.readers.manifest import read_json, read_jsonl
+from vlmlint.sample import Sample
+
+__all__ = ["LAYOUTS", "DatasetError", "detect_layout", "iter_samples", "row_to_sample"]
+
+MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
+TABLE_READERS = {".parquet": read_parquet, ".arrow": read_arrow}
+
+
+class DatasetError(Exception):
+    """The dataset as a whole cannot be opened (not a per-row problem)."""
+
+
+def display_path(path: str) -> str:
+    """A path as reports show it: relative to the working folder when inside it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _read_file(path: str, layout: str | None, image_root: str | None) -> Iterator[Sample]:
+    extension = os.path.splitext(path)[1].lower()
+    reader = MANIFEST_READERS.get(extension) or TABLE_READERS.get(extension)
+    if reader is None:
+        raise DatasetError(f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow)")
+    yield from reader(path, layout=layout, image_root=image_root, source=display_path(path))
+
+
+def _dataset_files(folder: str) -> list[str]:
+    """Manifests and tables in a folder and below it, in path order; dataset_info and the like skipped."""
+    found = []
+    for directory, subdirs, files in os.walk(folder):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in sorted(files):
+            extension = os.path.splitext(name)[1].lower()
+            if name.startswith(".") or name in ("dataset_info.json", "state.json", "dataset_dict.json"):
+                continue
+            if extension in MANIFEST_READERS or extension in TABLE_READERS:
+                found.append(os.path.join(directory, name))
+    return found
+
+
+def iter_samples(
+    target: str,
+    *,
+    layout: str | None = None,
+    image_root: str | None = None,
+    split: str | None = None,
+    streaming: bool = False,
+) -> Iterator[Sample]:
+    """Stream the samples of a dataset file, folder or Hugging Face hub id.
+
+    Folders: a save_to_disk dataset; an imagefolder (metadata.jsonl / metadata.csv); manifests and
+    parquet/arrow files inside it; else images with sidecar captions.
+    """
+    if layout is not None and layout not in LAYOUTS:
+        raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if os.path.isfile(target):
+        yield from _read_file(target, layout, image_root)
+        return
+    if os.path.isdir(target):
+        if is_saved_dataset(target):
+            yield from read_saved_dataset(
+                target, layout=layout, image_root=image_root, split=split, rel=display_path
+            )
+        elif has_metadata(target):
+            yield from read_imagefolder(target, layout=layout, image_root=image_root, rel=display_path)
+        elif files := _dataset_files(target):
+            for path in files:
+                yield from _read_file(path, layout, image_root)
+        elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
+            yield from read_sidecar_folder(target, image_root=image_root, rel=display_path)
+        else:
+            raise DatasetError(f"{target}: no manifest, table, metadata file or image found in this folder")
+        return
+    if (
+        target.count("/") == 1
+        and not target.startswith((".", "/"))
+        and not os.path.exists(os.path.dirname(target))
+    ):
+        yield from read_hub_dataset(
+            target, layout=layout, image_root=image_root, split=split, streaming=streaming
+        )
+        return
+    raise DatasetError(f"{target}: no such file or folder (and not a hub dataset id like 'org/name')")

@@ -1,0 +1,98 @@
+"""Hugging Face datasets: save_to_disk folders, local parquet / arrow files, and hub dataset ids.
+
+Rows are read in Arrow batches and converted to Python one batch at a time. Image columns come out as
+their stored {"bytes", "path"} structs: nothing is decoded, and nothing is cast (a cast would write
+cache files next to the dataset).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
+from vlmlint.sample import Sample
+
+BATCH_ROWS = 256
+
+
+def is_saved_dataset(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name)) for name in ("state.json", "dataset_dict.json"))
+
+
+def _rows_to_samples(
+    batches: Iterable[list[dict[str, Any]]], *, layout: str | None, resolve: ImageResolver, source: str
+) -> Iterator[Sample]:
+    index = 0
+    chosen = layout
+    for rows in batches:
+        for row in rows:
+            if chosen is None and isinstance(row, dict):
+                chosen = detect_layout(row)
+            yield row_to_sample(row, layout=chosen, resolve=resolve, source=source, index=index)
+            index += 1
+
+
+def _arrow_batches(dataset) -> Iterator[list[dict[str, Any]]]:
+    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
+        yield table.to_pylist()
+
+
+def _pick_split(dataset_or_dict, split: str | None):
+    from datasets import DatasetDict, IterableDatasetDict
+
+    if isinstance(dataset_or_dict, (DatasetDict, IterableDatasetDict)):
+        if split is None:
+            split = "train" if "train" in dataset_or_dict else next(iter(dataset_or_dict))
+        if split not in dataset_or_dict:
+            raise ValueError(f"split {split!r} not found; available: {sorted(dataset_or_dict)}")
+        return dataset_or_dict[split], split
+    return dataset_or_dict, split
+
+
+def read_saved_dataset(
+    folder: str, *, layout: str | None, image_root: str | None, split: str | None, rel
+) -> Iterator[Sample]:
+    from datasets import load_from_disk
+
+    dataset, split = _pick_split(load_from_disk(folder), split)
+    source = rel(folder) + (f"[{split}]" if split else "")
+    resolve = ImageResolver(folder, image_root)
+    yield from _rows_to_samples(_arrow_batches(dataset), layout=layout, resolve=resolve, source=source)
+
+
+def read_parquet(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+    import pyarrow.parquet as pq
+
+    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
+    parquet = pq.ParquetFile(path)
+    batches = (batch.to_pylist() for batch in parquet.iter_batches(batch_size=BATCH_ROWS))
+    yield from _rows_to_samples(batches, layout=layout, resolve=resolve, source=source)
+
+
+def read_arrow(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+    import pyarrow as pa
+
+    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
+    with pa.memory_map(path, "r") as source_file:
+        try:
+            reader = pa.ipc.open_stream(source_file)  # what datasets writes
+        except pa.ArrowInvalid:
+            source_file.seek(0)
+            reader = pa.ipc.open_file(source_file)
+            batches = (reader.get_batch(i).to_pylist() for i in range(reader.num_record_batches))
+        else:
+            batches = (batch.to_pylist() for batch in reader)
+        yield from _rows_to_samples(batches, layout=layout, resolve=resolve, source=source)
+
+
+def read_hub_dataset(
+    name: str, *, layout: str | None, image_root: str | None, split: str | None, streaming: bool
+) -> Iterator[Sample]:
+    from datasets import load_dataset
+
+    dataset, split = _pick_split(load_dataset(name, split=split, streaming=streaming), split)
+    resolve = ImageResolver(os.getcwd(), image_root)
+    source = name + (f"[{split}]" if split else "")
+    yield from _rows_to_samples(_arrow_batches(dataset), layout=layout, resolve=resolve, source=source)

@@ -1,0 +1,74 @@
+"""The terminal report: a rich table of the rows with findings, then a summary."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from vlmlint.report.summary import Summary, percentiles
+from vlmlint.rules import Severity
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def _counts(outcome) -> str:
+    result = outcome.result
+    if result.seq_len is None:
+        return "-"
+    images = "+".join(str(t) for t in result.image_tokens if t is not None) or "0"
+    return f"seq {result.seq_len} (img {images})"
+
+
+def render_text(summary: Summary, console: Console, *, model_name: str, max_rows: int = 200) -> None:
+    findings_shown = 0
+    if summary.flagged:
+        table = Table(title="Findings", show_lines=True, header_style="bold", expand=False)
+        table.add_column("location", overflow="fold")
+        table.add_column("id", overflow="fold")
+        table.add_column("code", no_wrap=True)
+        table.add_column("message / fix", overflow="fold")
+        table.add_column("counts", overflow="fold")
+        for outcome in summary.flagged:
+            for finding in outcome.findings:
+                if findings_shown >= max_rows:
+                    break
+                findings_shown += 1
+                table.add_row(
+                    outcome.result.sample.location,
+                    finding.id or "",
+                    Text(finding.code, style=_STYLE[finding.severity]),
+                    Text.assemble(finding.message, "\n", ("fix: " + finding.fix, "dim")),
+                    _counts(outcome),
+                )
+        console.print(table)
+        total = sum(summary.by_code.values())
+        if total > findings_shown:
+            console.print(
+                f"... {total - findings_shown} more findings not shown (use --report or --format json)"
+            )
+
+    stats = Table(title=f"Summary ({model_name})", show_header=True, header_style="bold")
+    stats.add_column("")
+    for column in ("min", "p50", "p90", "p99", "max"):
+        stats.add_column(column, justify="right")
+    for label, values in (
+        ("sequence length", summary.seq_lens),
+        ("image tokens / image", summary.image_tokens),
+    ):
+        row = percentiles(values)
+        stats.add_row(
+            label, *("-" if row[k] is None else str(row[k]) for k in ("min", "p50", "p90", "p99", "max"))
+        )
+    console.print(stats)
+    console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if summary.by_code:
+        from vlmlint.rules import RULES_BY_CODE
+
+        for code, count in sorted(summary.by_code.items()):
+            rule = RULES_BY_CODE.get(code)
+            name = rule.name if rule else ""
+            severity = rule.severity if rule else Severity.ERROR
+            console.print(Text(f"  {code} {name}: {count}", style=_STYLE[severity]))
+    else:
+        console.print(Text("no findings", style="green"))

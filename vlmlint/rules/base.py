@@ -1,0 +1,106 @@
+"""Rule machinery: severities, findings, and the base class every rule derives from."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
+
+from vlmlint.sample import RowResult
+
+_CODE = re.compile(r"^VLM\d{3}$")
+_NAME = re.compile(r"^[a-z]+(-[a-z]+)*$")
+_SECTIONS = ("**Why**", "**Example**", "**Fix**")
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return ("info", "warning", "error").index(self.value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    fix: str
+    source: str
+    line: int | None
+    index: int
+    id: str | None
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "message": self.message,
+            "fix": self.fix,
+            "source": self.source,
+            "line": self.line,
+            "index": self.index,
+            "id": self.id,
+        }
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What rules may know beyond the row: limits and the model's vocabulary of placeholders."""
+
+    max_length: int | None
+    image_placeholder: str  # what the model's template expands, e.g. <|image_pad|>
+
+
+class Rule:
+    """Base class. A rule has a stable code, a kebab-case name, a default severity and a docstring.
+
+    The docstring's first line says what the rule finds; then **Why**, **Example** and **Fix**
+    sections. The docs are generated from it, so a rule without them is refused at import.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        doc = inspect.getdoc(cls) or ""
+        if not _CODE.match(getattr(cls, "code", "")) or not _NAME.match(getattr(cls, "name", "")):
+            raise TypeError(f"{cls.__name__}: rule code must look like VLM123 and name like kebab-case")
+        missing = [s for s in _SECTIONS if s not in doc]
+        if missing:
+            raise TypeError(f"{cls.__name__}: docstring lacks {', '.join(missing)}")
+
+    @classmethod
+    def summary(cls) -> str:
+        return (inspect.getdoc(cls) or "").splitlines()[0]
+
+    @classmethod
+    def documentation(cls) -> str:
+        return inspect.getdoc(cls) or ""
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def finding(self, row: RowResult, message: str, fix: str) -> Finding:
+        sample = row.sample
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=self.severity,
+            message=message,
+            fix=fix,
+            source=sample.source,
+            line=sample.line,
+            index=sample.index,
+            id=sample.id,
+        )

@@ -1,0 +1,118 @@
+"""Typed, frozen records that flow through the pipeline: readers -> engine -> rules -> report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+# The placeholder a dataset author writes in the text for "an image goes here".
+IMAGE_PLACEHOLDER = "<image>"
+
+
+class Role(str, Enum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """Where one image of a sample comes from: a file, embedded bytes, or a URL.
+
+    `reference` is the value as written in the dataset (a path or URL, or a label for embedded
+    bytes); `path` is the resolved absolute file path when the image is a local file.
+    """
+
+    reference: str
+    path: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    url: str | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.data is not None:
+            return "bytes"
+        if self.url is not None:
+            return "url"
+        return "file"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a turn: text, or the place where an image goes."""
+
+    text: str = ""
+    is_image: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """Something the reader could not make sense of; becomes a finding on that row."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One dataset row, as the reader understood it.
+
+    `messages` holds the conversation with text parts still carrying the author's literal
+    placeholders (e.g. "<image>"); the engine turns those into image parts. `images` are in the
+    order the row lists them. A row the reader could not parse has `problems` and no messages.
+    """
+
+    source: str
+    index: int
+    line: int | None = None
+    id: str | None = None
+    layout: str = "unknown"
+    messages: tuple[Message, ...] = ()
+    images: tuple[ImageRef, ...] = ()
+    # True when the layout places the image implicitly (captions, image folders): no placeholder expected.
+    implicit_image_placement: bool = False
+    problems: tuple[RowProblem, ...] = ()
+    fields: tuple[str, ...] = ()
+
+    @property
+    def location(self) -> str:
+        return f"{self.source}:{self.line}" if self.line is not None else f"{self.source}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the engine learnt about one image: header facts and the model's count for it."""
+
+    reference: str
+    width: int | None = None
+    height: int | None = None
+    format: str | None = None
+    mode: str | None = None
+    error_code: str | None = None
+    error: str | None = None
+    resized_width: int | None = None
+    resized_height: int | None = None
+    grid: tuple[int, ...] | None = None
+    tokens: int | None = None  # image-placeholder token ids this image contributes to input_ids
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """A sample plus every fact the engine computed for it; rules read these facts."""
+
+    sample: Sample
+    images: tuple[ImageInfo, ...] = ()
+    placeholders: int = 0
+    text_tokens: int | None = None
+    seq_len: int | None = None
+    count_error: str | None = None
+
+    @property
+    def image_tokens(self) -> list[int | None]:
+        return [info.tokens for info in self.images]
