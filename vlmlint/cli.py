@@ -156,6 +156,8 @@ def scan(
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         raise _fail("interrupted") from None
+    except BrokenPipeError:
+        raise  # the reader of stdout went away (e.g. `| head`); main() ends quietly
     except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
         raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
 
@@ -211,7 +213,12 @@ def main() -> None:
     # transformers prints backend advice ("PyTorch was not found") at import; vlmlint needs no torch.
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    app()
+    try:
+        app()
+    except BrokenPipeError:
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_ERROR)
 
 
 if __name__ == "__main__":

@@ -46,10 +46,14 @@ def _dataset_files(folder: str) -> list[str]:
     found = []
     for directory, subdirs, files in os.walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        image_stems = {os.path.splitext(name)[0] for name in files if is_image_name(name)}
         for name in sorted(files):
-            extension = os.path.splitext(name)[1].lower()
+            stem, extension = os.path.splitext(name)
+            extension = extension.lower()
             if name.startswith(".") or name in ("dataset_info.json", "state.json", "dataset_dict.json"):
                 continue
+            if extension == ".json" and stem in image_stems:
+                continue  # foo.json beside foo.jpg is a sidecar caption, not a manifest
             if extension in MANIFEST_READERS or extension in TABLE_READERS:
                 found.append(os.path.join(directory, name))
     return found

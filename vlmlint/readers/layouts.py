@@ -35,9 +35,11 @@ class RowError(ValueError):
 
 def detect_layout(row: Mapping[str, Any]) -> str | None:
     """Name the layout a row is written in, or None when no known layout fits its fields."""
-    turns = row.get("messages", row.get("conversations"))
-    if isinstance(turns, list):
-        if any(isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns):
+    if "messages" in row or "conversations" in row:
+        turns = row.get("messages", row.get("conversations"))
+        if isinstance(turns, list) and any(
+            isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns
+        ):
             return "openai"
         if "conversations" in row and "messages" not in row and "images" not in row:
             return "llava"

@@ -1,0 +1,33 @@
+# vlmlint developer tasks. `make demo` and `make test` work on a fresh machine: each installs first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint fixtures docs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# The main job on the bundled demo dataset. Exit code 1 means "findings found", which the demo expects.
+demo: install
+	$(BIN)/vlmlint scan fixtures/datasets/demo --model fixtures/processors/qwen2-vl; \
+	status=$$?; if [ $$status -gt 1 ]; then exit $$status; fi
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check vlmlint tests fixtures bench
+	$(BIN)/ruff format --check vlmlint tests fixtures bench
+
+fixtures: install
+	$(BIN)/python fixtures/build.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,61 @@
+"""Shared test helpers: fixture paths and the REAL transformers processors, built without torchvision."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+PROCESSORS = FIXTURES / "processors"
+DATASETS = FIXTURES / "datasets"
+
+
+def real_processor(folder: str | os.PathLike):
+    """The model's real transformers processor class, built from the folder's own files.
+
+    Qwen-VL processors declare a video processor, and transformers 5.x cannot build one without
+    torchvision; the processor is therefore built with video_processor=None by skipping only the
+    class check for that slot. Everything vlmlint is compared against (image processor, placeholder
+    expansion in ProcessorMixin.__call__, tokenizer, chat template) is the real code.
+    """
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    folder = Path(folder)
+    config = json.loads((folder / "preprocessor_config.json").read_text())
+    processor_class = getattr(transformers, config["processor_class"])
+
+    class WithoutVideo(processor_class):
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument_name == "video_processor" and argument is None:
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        image_processor = AutoImageProcessor.from_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    template = (folder / "chat_template.jinja").read_text()
+    return WithoutVideo(
+        image_processor=image_processor, tokenizer=tokenizer, video_processor=None, chat_template=template
+    )
+
+
+@pytest.fixture(scope="session")
+def processors_dir() -> Path:
+    return PROCESSORS
+
+
+@pytest.fixture(scope="session")
+def datasets_dir() -> Path:
+    return DATASETS

@@ -1,0 +1,137 @@
+"""Every fixture dataset: each row gets exactly its expected findings, and every count vlmlint gives
+equals the input_ids of the real transformers processor for the same row."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+from PIL import Image, ImageOps
+
+from tests.conftest import DATASETS, FIXTURES, PROCESSORS, real_processor
+from vlmlint.config import ScanConfig
+from vlmlint.engine import Scanner, conversation_for_template
+
+DATASET_NAMES = sorted(p.stem for p in (FIXTURES / "expected").glob("*.json"))
+PROCESSOR_NAMES = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2-vl-small"]
+
+
+def expected_codes(name: str) -> dict[tuple[str, int], list[str]]:
+    """(manifest file name, row index) -> the codes that row must get."""
+    doc = json.loads((FIXTURES / "expected" / f"{name}.json").read_text())
+    manifests = doc.get("manifests") or {doc["manifest"]: {"rows": doc["rows"]}}
+    return {
+        (manifest, row["index"]): sorted(row["codes"])
+        for manifest, spec in manifests.items()
+        for row in spec["rows"]
+    }
+
+
+def manifest_key(name: str, source: str, expected: dict) -> str:
+    base = os.path.basename(source)
+    if any(key[0] == base for key in expected):
+        return base
+    return "."  # folder-level datasets (sidecar, imagefolder, hf_disk) use one manifest name
+
+
+@pytest.fixture(scope="module")
+def scanners():
+    cache = {}
+
+    def get(processor: str) -> Scanner:
+        if processor not in cache:
+            cache[processor] = Scanner(ScanConfig(dataset="", model=str(PROCESSORS / processor)))
+        return cache[processor]
+
+    return get
+
+
+@pytest.mark.parametrize("name", DATASET_NAMES)
+def test_each_row_gets_exactly_its_expected_codes(name, scanners):
+    scanner = scanners("qwen2-vl-small")
+    expected = expected_codes(name)
+    outcomes = list(scanner.scan_samples(_samples(name)))
+    assert outcomes, "the dataset yielded no rows"
+    got = {}
+    for outcome in outcomes:
+        sample = outcome.result.sample
+        key = (manifest_key(name, sample.source, expected), sample.index)
+        got[key] = sorted(f.code for f in outcome.findings)
+        if sample.line is not None and outcome.findings:
+            assert all(f.line == sample.line for f in outcome.findings)
+    if all(key[0] == "." for key in expected):
+        # one manifest for the whole folder: compare in reading order
+        assert sorted(got.values()) == sorted(expected.values()) and len(got) == len(expected)
+        assert [got[k] for k in sorted(got)] == [expected[k] for k in sorted(expected)]
+    else:
+        assert got == expected
+
+
+def _samples(name: str):
+    from vlmlint.readers import iter_samples
+
+    return iter_samples(str(DATASETS / name))
+
+
+def _decode(ref):
+    source = io.BytesIO(ref.data) if ref.data is not None else ref.path
+    with Image.open(source) as image:
+        image.load()
+        return ImageOps.exif_transpose(image).convert("RGB")
+
+
+def _image_runs(ids: list[int], token_id: int) -> list[int]:
+    runs, current = [], 0
+    for token in ids:
+        if token == token_id:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    if current:
+        runs.append(current)
+    return runs
+
+
+@pytest.mark.parametrize("processor_name", PROCESSOR_NAMES)
+@pytest.mark.parametrize("name", DATASET_NAMES)
+def test_counts_equal_the_real_processor(name, processor_name, scanners):
+    scanner = scanners(processor_name)
+    processor = real_processor(PROCESSORS / processor_name)
+    checked = 0
+    for outcome in scanner.scan_samples(_samples(name)):
+        result = outcome.result
+        if result.seq_len is None:
+            continue
+        sample = result.sample
+        text = processor.apply_chat_template(conversation_for_template(sample.messages))
+        images = [_decode(ref) for ref in sample.images] or None
+        output = processor(text=[text], images=images)
+        ids = list(output["input_ids"][0])
+        assert result.seq_len == len(ids), sample.location
+        assert result.image_tokens == _image_runs(ids, processor.image_token_id), sample.location
+        assert result.text_tokens == len(ids) - sum(result.image_tokens)
+        checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("name", DATASET_NAMES)
+def test_exact_mode_agrees_with_the_header_path(name):
+    model = str(PROCESSORS / "qwen2-vl")
+    fast = Scanner(ScanConfig(dataset=str(DATASETS / name), model=model))
+    exact = Scanner(ScanConfig(dataset=str(DATASETS / name), model=model, exact=True), model=fast.model)
+    for a, b in zip(fast.scan(), exact.scan(), strict=True):
+        assert a.result.images == b.result.images or _same_counts(a.result, b.result), (
+            a.result.sample.location
+        )
+        assert a.result.seq_len == b.result.seq_len
+        assert [f.code for f in a.findings] == [f.code for f in b.findings]
+
+
+def _same_counts(a, b) -> bool:
+    keys = ("resized_width", "resized_height", "grid", "tokens", "error_code")
+    return [[getattr(i, k) for k in keys] for i in a.images] == [
+        [getattr(i, k) for k in keys] for i in b.images
+    ]
