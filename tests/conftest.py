@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -32,8 +33,19 @@ def real_processor(folder: str | os.PathLike):
     from transformers import AutoImageProcessor, AutoTokenizer
 
     folder = Path(folder)
-    config = json.loads((folder / "preprocessor_config.json").read_text())
-    processor_class = getattr(transformers, config["processor_class"])
+    files = {
+        name: folder / name
+        for name in ("preprocessor_config.json", "processor_config.json", "tokenizer_config.json")
+    }
+    configs = {name: json.loads(path.read_text()) for name, path in files.items() if path.is_file()}
+    class_name = next(c["processor_class"] for c in configs.values() if "processor_class" in c)
+    processor_class = getattr(transformers, class_name)
+    # The processor's own settings (patch_size, image_seq_len, ...) as from_pretrained would pass them.
+    processor_kwargs = {
+        k: v
+        for k, v in configs.get("processor_config.json", {}).items()
+        if k not in ("processor_class", "image_processor", "chat_template", "video_processor")
+    }
 
     class WithoutVideo(processor_class):
         def check_argument_for_proper_class(self, argument_name, argument):

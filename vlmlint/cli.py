@@ -137,6 +137,8 @@ def scan(
         scanner = Scanner(config)
     except ModelError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
+        raise _fail(f"internal error while loading {model}: {type(exc).__name__}: {exc}") from None
     stdout = sys.stdout
     summary = Summary()
     show_progress = not quiet and sys.stderr.isatty()

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import islice
 from typing import Any
 
 from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, read_header
-from vlmlint.models import CountError, ImageCount, Model, load_model
+from vlmlint.models import CountError, ImageCount, Model, Run, load_model
+from vlmlint.models.base import compose_default
 from vlmlint.readers import iter_samples
 from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
 from vlmlint.sample import ImageInfo, ImageRef, Message, RowResult, Sample
@@ -74,58 +75,73 @@ class Scanner:
         self.template = self.model.chat_template if config.use_chat_template else None
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
         settings = self.model.settings
-        self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(lambda h, w: self.family.count(h, w, settings))
+        self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
+            lambda h, w, n: self.family.count(h, w, settings, images_in_row=n)
+        )
 
     # -- images -----------------------------------------------------------------------------------
 
-    def _measure(self, ref: ImageRef) -> ImageInfo:
+    def _header(self, ref: ImageRef) -> ImageInfo:
         try:
             header = read_header(ref)
-            if self.config.exact:
-                count = self._count_exact(ref)
-            else:
-                count = self._count(header.height, header.width)
         except ImageProblem as problem:
             return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
-        except CountError as exc:
-            return ImageInfo(
-                reference=ref.reference,
-                width=header.width,
-                height=header.height,
-                format=header.format,
-                mode=header.mode,
-                error_code="rejected",
-                error=str(exc),
-            )
         return ImageInfo(
             reference=ref.reference,
             width=header.width,
             height=header.height,
             format=header.format,
             mode=header.mode,
-            resized_width=count.resized_width,
-            resized_height=count.resized_height,
-            grid=count.grid,
-            tokens=count.tokens,
         )
 
-    def _count_exact(self, ref: ImageRef) -> ImageCount:
-        image = decode_image(ref)
-        return self.family.count_exact(self.model.image_processor, image, self.model.settings)
-
-    def image_info(self, ref: ImageRef) -> ImageInfo:
-        """Facts about one image; files are cached by path since datasets reuse images."""
+    def image_header(self, ref: ImageRef) -> ImageInfo:
+        """Header facts about one image; files are cached by path since datasets reuse images."""
         if ref.path is None:
-            return self._measure(ref)
+            return self._header(ref)
         cached = self._image_cache.get(ref.path)
         if cached is None:
-            cached = self._measure(ref)
+            cached = self._header(ref)
             self._image_cache[ref.path] = cached
             if len(self._image_cache) > _IMAGE_CACHE_SIZE:
                 self._image_cache.popitem(last=False)
-        elif cached.reference != ref.reference:
-            cached = ImageInfo(**{**cached.__dict__, "reference": ref.reference})
+        if cached.reference != ref.reference:
+            cached = replace(cached, reference=ref.reference)
         return cached
+
+    def _with_counts(self, sample: Sample, headers: tuple[ImageInfo, ...]) -> tuple[ImageInfo, ...]:
+        """Add each image's count: the family's formula on header sizes, or the real image processor."""
+        try:
+            if self.config.exact:
+                decoded = []
+                for position, ref in enumerate(sample.images):
+                    try:
+                        decoded.append(decode_image(ref))
+                    except ImageProblem as problem:  # a full decode finds what the header could not
+                        failed = replace(headers[position], error_code=problem.kind, error=problem.message)
+                        return headers[:position] + (failed,) + headers[position + 1 :]
+                counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
+            else:
+                counts = [self._count(info.height, info.width, len(headers)) for info in headers]
+        except CountError as exc:
+            return tuple(self._rejected(info, exc) for info in headers)
+        return tuple(
+            replace(
+                info,
+                resized_width=count.resized_width,
+                resized_height=count.resized_height,
+                grid=count.grid,
+                tokens=count.tokens,
+            )
+            for info, count in zip(headers, counts, strict=True)
+        )
+
+    def _rejected(self, info: ImageInfo, exc: CountError) -> ImageInfo:
+        """Mark the image(s) the processor refuses; with several, only those the formula refuses alone."""
+        try:
+            self._count(info.height, info.width, 1)
+        except CountError:
+            return replace(info, error_code="rejected", error=str(exc))
+        return info
 
     # -- text -------------------------------------------------------------------------------------
 
@@ -152,36 +168,56 @@ class Scanner:
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems:
             return _Prepared(sample, (), 0)
-        images = tuple(self.image_info(ref) for ref in sample.images)
+        images = tuple(self.image_header(ref) for ref in sample.images)
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
+        if images and not any(info.error_code for info in images):
+            images = self._with_counts(sample, images)
         prepared = _Prepared(sample, images, placeholders)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
         try:
-            text = self.render(sample.messages)
+            rendered = self.render(sample.messages)
         except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
             prepared.count_error = f"template: the chat template rejects this row: {exc}"
             return prepared
-        written = text.count(self.family.placeholder)
+        written = rendered.count(self.family.placeholder)
         if written != len(images):
             prepared.count_error = (
                 f"placeholder: the rendered text holds {written} {self.family.placeholder} token(s) "
                 f"for {len(images)} image(s)"
             )
             return prepared
-        prepared.text = text
-        prepared.extra_tokens = sum(
-            self.family.extra_tokens(
-                ImageCount(info.resized_height, info.resized_width, info.grid, info.tokens)
-            )
-            for info in images
-        )
+        prepared.text, prepared.extra_tokens = self.compose(rendered, images)
         return prepared
+
+    def compose(self, rendered: str, images: tuple[ImageInfo, ...]) -> tuple[str, int]:
+        """The processor's text with every run of one special token written once, and the ids saved."""
+        settings = self.model.settings
+        expansions = [
+            self.family.expand(ImageCount(i.resized_height, i.resized_width, i.grid, i.tokens), settings)
+            for i in images
+        ]
+        if self.family.compose is not None:
+            segments = self.family.compose(rendered, expansions, settings)
+        else:
+            segments = compose_default(rendered, self.family.placeholder, expansions)
+        pieces: list[str] = []
+        saved = 0
+        for segment in segments:
+            if isinstance(segment, Run):
+                if segment.count:
+                    pieces.append(segment.token)
+                    saved += segment.count - 1
+            else:
+                pieces.append(segment)
+        return "".join(pieces), saved
 
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
-        encoded = self.model.tokenizer(texts, add_special_tokens=True, return_attention_mask=False)
+        encoded = self.model.tokenizer(
+            texts, add_special_tokens=self.family.add_special_tokens, return_attention_mask=False
+        )
         return [len(ids) for ids in encoded["input_ids"]]
 
     # -- rows -------------------------------------------------------------------------------------

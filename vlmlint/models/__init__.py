@@ -15,10 +15,21 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmlint.models.base import CountError, Family, ImageCount
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, Segment, processor_defaults
 from vlmlint.models.registry import FAMILIES, find_family
 
-__all__ = ["FAMILIES", "CountError", "Family", "ImageCount", "Model", "ModelError", "load_model"]
+__all__ = [
+    "FAMILIES",
+    "CountError",
+    "Expansion",
+    "Family",
+    "ImageCount",
+    "Model",
+    "ModelError",
+    "Run",
+    "Segment",
+    "load_model",
+]
 
 
 class ModelError(Exception):
@@ -98,6 +109,16 @@ def _max_position_embeddings(config: dict[str, Any]) -> int | None:
     return None
 
 
+def _processor_settings(processor_class: str | None, processor_config: dict[str, Any]) -> dict[str, Any]:
+    """processor_config.json over the processor class's own defaults (when transformers has the class)."""
+    import transformers
+
+    cls = getattr(transformers, processor_class, None) if processor_class else None
+    if cls is None:
+        return {k: v for k, v in processor_config.items() if k != "image_processor"}
+    return processor_defaults(cls, processor_config)
+
+
 def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
     """Load what vlmlint needs of a processor folder or hub id, without torch."""
     preprocessor = _read_json(name, "preprocessor_config.json")
@@ -113,7 +134,12 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
             "pass a processor folder or a hub id of a vision-language model"
         )
     image_config = preprocessor or nested
-    processor_class = processor_config.get("processor_class") or image_config.get("processor_class")
+    tokenizer_config = _read_json(name, "tokenizer_config.json")
+    processor_class = (
+        processor_config.get("processor_class")
+        or image_config.get("processor_class")
+        or tokenizer_config.get("processor_class")
+    )
     image_processor_type = image_config.get("image_processor_type")
     family = find_family(processor_class, image_processor_type)
     if family is None:
@@ -126,6 +152,7 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
 
+    model_config = _read_json(name, "config.json")
     from transformers import AutoImageProcessor, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -139,7 +166,9 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise ModelError(f"{name}: cannot load its image processor or tokenizer: {exc}") from None
     try:
-        settings = family.settings_from(image_processor)
+        settings = family.settings_from(
+            image_processor, _processor_settings(processor_class, processor_config), model_config
+        )
     except CountError as exc:
         raise ModelError(f"{name}: {exc}") from None
     return Model(
@@ -149,7 +178,7 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
         image_processor=image_processor,
         tokenizer=tokenizer,
         chat_template=_read_chat_template(name, tokenizer),
-        max_position_embeddings=_max_position_embeddings(_read_json(name, "config.json")),
+        max_position_embeddings=_max_position_embeddings(model_config),
         processor_class=processor_class,
         image_processor_type=image_processor_type,
     )

@@ -1,8 +1,23 @@
-"""What every model family provides: a pure count from (height, width, settings) and its expansion."""
+"""What every model family provides: a pure count from (height, width, settings) and its expansion.
+
+A family module holds, for one processor family:
+- the placeholder its processor expands (`placeholder`: the processor's `image_token` as the chat
+  template writes it) and what stands for an image without a chat template (`raw_image_prompt`);
+- `settings_from(image_processor, processor_config, model_config)`: the settings the count needs,
+  read from the loaded image processor (its files, class defaults where they say nothing), the
+  processor's own config (processor_config.json merged over the processor class's __init__
+  defaults) and the model's config.json (e.g. vision_feature_select_strategy, image sizes);
+- `count(height, width, settings, images_in_row=1)`: the pure, header-only formula;
+- `count_exact(image_processor, images, settings)`: the real image processor on decoded pixels;
+- `expand(count, settings)`: the text the processor puts in place of one placeholder, as segments:
+  plain strings and `Run(token, n)` for n copies of one special token (written once when tokenizing,
+  since a special token never merges with its neighbours, and counted n times).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,29 +30,55 @@ class CountError(ValueError):
 class ImageCount:
     resized_height: int
     resized_width: int
-    grid: tuple[int, ...]
+    grid: tuple[int, ...]  # family-defined: Qwen (t, h, w) patches; tiles (rows, cols); crops; ...
     tokens: int  # image-placeholder token ids this image contributes to input_ids
 
 
 @dataclass(frozen=True)
+class Run:
+    """`count` copies of one special token."""
+
+    token: str
+    count: int
+
+
+Segment = str | Run
+Expansion = tuple[Segment, ...]
+
+
+def compose_default(rendered: str, placeholder: str, expansions: Sequence[Expansion]) -> list[Segment]:
+    """Replace the i-th placeholder of the rendered text with the i-th expansion, as the processor does."""
+    pieces = rendered.split(placeholder)
+    segments: list[Segment] = [pieces[0]]
+    for expansion, piece in zip(expansions, pieces[1:], strict=True):
+        segments.extend(expansion)
+        segments.append(piece)
+    return segments
+
+
+def processor_defaults(processor_class: type, processor_config: dict[str, Any]) -> dict[str, Any]:
+    """The processor's own settings: its __init__ defaults, overridden by processor_config.json."""
+    values = {
+        name: parameter.default
+        for name, parameter in inspect.signature(processor_class.__init__).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    values.update({k: v for k, v in processor_config.items() if k != "image_processor"})
+    return values
+
+
+@dataclass(frozen=True)
 class Family:
-    """One model family: how its processor turns an image into placeholder tokens.
-
-    `placeholder` is the token the chat template writes once per image and the processor expands;
-    `raw_image_prompt` stands for one image when no chat template is used. `settings_from` reads the
-    family's settings from a loaded image processor (its files, class defaults where they say
-    nothing); `count` is the pure header-only formula; `count_exact` runs the real image processor on
-    decoded pixels. `extra_tokens` is how many more ids an image's expansion holds than the single
-    placeholder the template wrote.
-    """
-
     name: str
     title: str
     processor_classes: tuple[str, ...]
     image_processor_types: tuple[str, ...]
     placeholder: str
     raw_image_prompt: str
-    settings_from: Callable[[Any], Any]
-    count: Callable[[int, int, Any], ImageCount]
-    count_exact: Callable[[Any, Any, Any], ImageCount]
-    extra_tokens: Callable[[ImageCount], int] = lambda count: count.tokens - 1
+    settings_from: Callable[[Any, dict[str, Any], dict[str, Any]], Any]
+    count: Callable[..., ImageCount]
+    count_exact: Callable[[Any, list[Any], Any], list[ImageCount]]
+    expand: Callable[[ImageCount, Any], Expansion]
+    # The whole text the processor tokenizes, from the rendered prompt and each image's expansion.
+    compose: Callable[[str, Sequence[Expansion], Any], list[Segment]] | None = None
+    add_special_tokens: bool = True

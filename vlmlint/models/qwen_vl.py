@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Family, ImageCount
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
 
 MAX_ASPECT_RATIO = 200
+PLACEHOLDER = "<|image_pad|>"
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,15 @@ class QwenSettings:
         return self.patch_size * self.merge_size
 
 
-def settings_from(image_processor: Any) -> QwenSettings:
+def settings_from(
+    image_processor: Any, processor_config: dict[str, Any], model_config: dict[str, Any]
+) -> QwenSettings:
     size = image_processor.size  # transformers folds legacy min_pixels/max_pixels keys into size
     min_pixels = getattr(size, "shortest_edge", None)
     max_pixels = getattr(size, "longest_edge", None)
     if not min_pixels or not max_pixels:
         raise CountError(f"size must hold shortest_edge and longest_edge (pixel counts), got {size}")
+    del processor_config, model_config  # Qwen-VL's image settings all live in the image processor
     return QwenSettings(
         patch_size=int(image_processor.patch_size),
         merge_size=int(image_processor.merge_size),
@@ -65,7 +69,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-def count(height: int, width: int, settings: QwenSettings) -> ImageCount:
+def count(height: int, width: int, settings: QwenSettings, images_in_row: int = 1) -> ImageCount:
     if settings.do_resize:
         resized_height, resized_width = smart_resize(
             height, width, settings.factor, settings.min_pixels, settings.max_pixels
@@ -82,17 +86,27 @@ def count(height: int, width: int, settings: QwenSettings) -> ImageCount:
     )
 
 
-def count_exact(image_processor: Any, image: Any, settings: QwenSettings) -> ImageCount:
-    """Run the model's real image processor on decoded pixels and read image_grid_thw."""
+def count_exact(image_processor: Any, images: list[Any], settings: QwenSettings) -> list[ImageCount]:
+    """Run the model's real image processor on the row's decoded images and read image_grid_thw."""
     try:
-        output = image_processor(images=[image])
+        output = image_processor(images=images)
     except ValueError as exc:
         raise CountError(str(exc)) from None
-    grid_t, grid_h, grid_w = (int(v) for v in output["image_grid_thw"][0])
-    tokens = grid_t * grid_h * grid_w // settings.merge_size**2
-    return ImageCount(
-        grid_h * settings.patch_size, grid_w * settings.patch_size, (grid_t, grid_h, grid_w), tokens
-    )
+    counts = []
+    for grid in output["image_grid_thw"]:
+        grid_t, grid_h, grid_w = (int(v) for v in grid)
+        tokens = grid_t * grid_h * grid_w // settings.merge_size**2
+        counts.append(
+            ImageCount(
+                grid_h * settings.patch_size, grid_w * settings.patch_size, (grid_t, grid_h, grid_w), tokens
+            )
+        )
+    return counts
+
+
+def expand(count: ImageCount, settings: QwenSettings) -> Expansion:
+    """<|image_pad|> repeated once per merged patch; <|vision_start|>/<|vision_end|> are the template's."""
+    return (Run(PLACEHOLDER, count.tokens),)
 
 
 FAMILY = Family(
@@ -100,9 +114,10 @@ FAMILY = Family(
     title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
     processor_classes=("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor"),
     image_processor_types=("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast", "Qwen2VLImageProcessorPil"),
-    placeholder="<|image_pad|>",
+    placeholder=PLACEHOLDER,
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>",
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
+    expand=expand,
 )

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
-from vlmlint.models import qwen_vl
+from vlmlint.models import (
+    gemma3,
+    idefics3,
+    internvl,
+    llava,
+    llava_next,
+    llava_onevision,
+    mllama,
+    paligemma,
+    pixtral,
+    qwen_vl,
+    vision_encoder,
+)
 from vlmlint.models.base import Family
 
-FAMILIES: tuple[Family, ...] = (qwen_vl.FAMILY,)
+# Order matters only for image_processor_type lookups shared by several families: first wins.
+FAMILIES: tuple[Family, ...] = tuple(
+    module.FAMILY
+    for module in (
+        qwen_vl,
+        llava,
+        llava_next,
+        llava_onevision,
+        idefics3,
+        paligemma,
+        gemma3,
+        internvl,
+        pixtral,
+        mllama,
+        vision_encoder,
+    )
+    if module.FAMILY is not None  # a family module still being written
+)
 
 
 def find_family(processor_class: str | None, image_processor_type: str | None) -> Family | None:

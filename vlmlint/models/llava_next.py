@@ -1,0 +1,3 @@
+"""Being written: see the family modules beside this one."""
+
+FAMILY = None
