@@ -57,10 +57,12 @@ def real_processor(folder: str | os.PathLike):
         warnings.simplefilter("ignore")
         image_processor = AutoImageProcessor.from_pretrained(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-    template = (folder / "chat_template.jinja").read_text()
-    return WithoutVideo(
-        image_processor=image_processor, tokenizer=tokenizer, video_processor=None, chat_template=template
-    )
+    template_file = folder / "chat_template.jinja"
+    template = template_file.read_text() if template_file.is_file() else None
+    parts = {"image_processor": image_processor, "tokenizer": tokenizer}
+    if "video_processor" in inspect.signature(processor_class.__init__).parameters:
+        parts["video_processor"] = None
+    return WithoutVideo(**parts, chat_template=template, **processor_kwargs)
 
 
 @pytest.fixture(scope="session")

@@ -110,6 +110,7 @@ def scan(
     ] = FailLevel.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
+    verify: Annotated[int, typer.Option(help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0)] = 32,
 ) -> None:
     """Scan a dataset and report the rows that would overflow or mismatch for the model."""
     from vlmlint.config import ScanConfig
@@ -139,14 +140,18 @@ def scan(
         raise _fail(str(exc)) from None
     except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
         raise _fail(f"internal error while loading {model}: {type(exc).__name__}: {exc}") from None
+    from vlmlint.verify import Verifier
+
     stdout = sys.stdout
     summary = Summary()
+    verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
     show_progress = not quiet and sys.stderr.isatty()
     try:
         with _progress(show_progress) as progress:
             task = progress.add_task(f"scanning {dataset}", total=None)
             for outcome in scanner.scan():
                 summary.add(outcome)
+                verifier.offer(outcome)
                 progress.advance(task)
                 if output_format is OutputFormat.jsonl:
                     if all_rows:
@@ -154,6 +159,8 @@ def scan(
                     else:
                         for finding in outcome.findings:
                             stdout.write(dumps_line(finding.to_dict()))
+        if verifier.size:
+            summary.add_verification(*verifier.run(scanner))
     except DatasetError as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:

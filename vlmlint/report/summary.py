@@ -32,6 +32,8 @@ class Summary:
     seq_lens: array = field(default_factory=lambda: array("q"))
     image_tokens: array = field(default_factory=lambda: array("q"))
     flagged: list[RowOutcome] = field(default_factory=list)  # only rows with findings are kept
+    verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
+    verify_disagreements: int = 0
 
     def add(self, outcome: RowOutcome) -> None:
         self.samples += 1
@@ -45,6 +47,21 @@ class Summary:
             for finding in outcome.findings:
                 self.by_code[finding.code] += 1
                 self.by_severity[finding.severity.value] += 1
+
+    def add_verification(self, checked: int, disagreements: list[tuple[RowOutcome, Finding]]) -> None:
+        """Record the --verify self-check; each disagreement joins its row's findings."""
+        self.verified_rows = checked
+        self.verify_disagreements = len(disagreements)
+        for outcome, finding in disagreements:
+            position = next((i for i, o in enumerate(self.flagged) if o.result is outcome.result), None)
+            if position is None:
+                self.samples_with_findings += 1
+                self.flagged.append(RowOutcome(outcome.result, (finding,)))
+            else:
+                existing = self.flagged[position]
+                self.flagged[position] = RowOutcome(existing.result, existing.findings + (finding,))
+            self.by_code[finding.code] += 1
+            self.by_severity[finding.severity.value] += 1
 
     @property
     def findings(self) -> list[Finding]:
@@ -62,4 +79,5 @@ class Summary:
             "by_severity": dict(sorted(self.by_severity.items())),
             "seq_len": percentiles(self.seq_lens),
             "image_tokens_per_image": percentiles(self.image_tokens),
+            "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements},
         }

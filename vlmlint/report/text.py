@@ -62,6 +62,15 @@ def render_text(summary: Summary, console: Console, *, model_name: str, max_rows
         )
     console.print(stats)
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if summary.verified_rows is not None:
+        style = "red" if summary.verify_disagreements else "green"
+        console.print(
+            Text(
+                f"verify: {summary.verified_rows} rows rechecked with the real image processor, "
+                f"{summary.verify_disagreements} disagreement(s)",
+                style=style,
+            )
+        )
     if summary.by_code:
         from vlmlint.rules import RULES_BY_CODE
 

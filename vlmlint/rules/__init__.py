@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
 from vlmlint.rules.images import ExtremeAspectRatio, UnreadableImage
+from vlmlint.rules.internal import CountDisagreement
 from vlmlint.rules.lengths import SequenceTooLong
 from vlmlint.rules.placeholders import PlaceholderCountMismatch
 from vlmlint.rules.rows import MalformedRow, MissingImage, RemoteImage
@@ -16,6 +17,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ExtremeAspectRatio,
     PlaceholderCountMismatch,
     SequenceTooLong,
+    CountDisagreement,
 )
 
 RULES_BY_CODE: dict[str, type[Rule]] = {rule.code: rule for rule in ALL_RULES}

@@ -1,0 +1,55 @@
+"""The self-check behind --verify N: rerun a fixed-seed sample of rows through the exact path.
+
+The scan keeps a reservoir of N counted rows (seeded, so the same dataset gives the same choice);
+afterwards each is rerun with the images decoded and the model's real image processor, and any row
+whose image tokens or sequence length differ becomes a VLM901 finding.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+from vlmlint.engine import RowOutcome, Scanner
+from vlmlint.rules import Finding
+from vlmlint.rules.internal import CountDisagreement
+
+SEED = 20241130
+
+
+@dataclass
+class Verifier:
+    size: int
+    seen: int = 0
+    chosen: list[RowOutcome] = field(default_factory=list)
+    _random: random.Random = field(default_factory=lambda: random.Random(SEED))
+
+    def offer(self, outcome: RowOutcome) -> None:
+        """Reservoir sampling over the rows that got counts."""
+        if self.size <= 0 or outcome.result.seq_len is None:
+            return
+        self.seen += 1
+        if len(self.chosen) < self.size:
+            self.chosen.append(outcome)
+        else:
+            slot = self._random.randrange(self.seen)
+            if slot < self.size:
+                self.chosen[slot] = outcome
+
+    def run(self, scanner: Scanner) -> tuple[int, list[tuple[RowOutcome, Finding]]]:
+        """Recount the chosen rows exactly; returns (rows checked, disagreements as findings)."""
+        if not self.chosen:
+            return 0, []
+        exact = Scanner(replace(scanner.config, exact=True), model=scanner.model)
+        rule = CountDisagreement()
+        chosen = sorted(self.chosen, key=lambda o: (o.result.sample.source, o.result.sample.index))
+        disagreements = []
+        for fast, precise in zip(chosen, exact.scan_samples(o.result.sample for o in chosen), strict=True):
+            a, b = fast.result, precise.result
+            if (a.seq_len, a.image_tokens) != (b.seq_len, b.image_tokens):
+                message = (
+                    f"header path: seq {a.seq_len} (img {a.image_tokens}); "
+                    f"real image processor: seq {b.seq_len} (img {b.image_tokens})"
+                )
+                disagreements.append((fast, rule.finding(a, message, "rerun with --exact and report this model")))
+        return len(chosen), disagreements
