@@ -72,7 +72,9 @@ def build_dataset(rows: int, seed: int = 7) -> Path:
         name = f"images/img_{i:03d}_{w}x{h}.{'png' if fmt == 'PNG' else 'jpg'}"
         colour = tuple(rng.randrange(256) for _ in range(3))
         image = Image.new("RGB", (w, h), colour)
-        image.paste(tuple(255 - c for c in colour), (w // 4, h // 4, max(w // 4 + 1, w // 2), max(h // 4 + 1, h // 2)))
+        image.paste(
+            tuple(255 - c for c in colour), (w // 4, h // 4, max(w // 4 + 1, w // 2), max(h // 4 + 1, h // 2))
+        )
         image.save(folder / name, fmt, **({"quality": 85} if fmt == "JPEG" else {}))
         pool.append(name)
     # Like real datasets: most images are photo/screen sized, one in ten is huge or extreme.
@@ -80,12 +82,18 @@ def build_dataset(rows: int, seed: int = 7) -> Path:
     common = [name for name in pool if name not in large]
     with manifest.open("w") as out:
         for index in range(rows):
-            images = [rng.choice(large if rng.random() < 0.1 else common) for _ in range(2 if rng.random() < 0.3 else 1)]
+            images = [
+                rng.choice(large if rng.random() < 0.1 else common)
+                for _ in range(2 if rng.random() < 0.3 else 1)
+            ]
             prompt = "<image>\n" * len(images) + rng.choice(QUESTIONS)
             row = {
                 "id": f"bench-{index}",
                 "image": images if len(images) > 1 else images[0],
-                "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": rng.choice(ANSWERS)}],
+                "conversations": [
+                    {"from": "human", "value": prompt},
+                    {"from": "gpt", "value": rng.choice(ANSWERS)},
+                ],
             }
             out.write(json.dumps(row) + "\n")
     return manifest
@@ -141,7 +149,9 @@ def compare(outcomes, naive: dict[int, tuple]) -> list[str]:
         expected = naive[result.sample.index]
         if expected[0] == "error":
             if result.seq_len is not None:
-                problems.append(f"row {result.sample.index}: processor raised {expected[1]}, vlmlint counted {result.seq_len}")
+                problems.append(
+                    f"row {result.sample.index}: processor raised {expected[1]}, vlmlint counted {result.seq_len}"
+                )
             continue
         got = (result.seq_len, sum(t or 0 for t in result.image_tokens))
         if got != expected:

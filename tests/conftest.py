@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
 import json
 import os
+import sys
+import types
 import warnings
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -39,7 +45,10 @@ def real_processor(folder: str | os.PathLike):
     }
     configs = {name: json.loads(path.read_text()) for name, path in files.items() if path.is_file()}
     class_name = next(c["processor_class"] for c in configs.values() if "processor_class" in c)
-    processor_class = getattr(transformers, class_name)
+    if class_name == "PixtralProcessor":  # its module imports a torch-only helper: see below
+        processor_class = real_pixtral_processor_class()
+    else:
+        processor_class = getattr(transformers, class_name)
     # The processor's own settings (patch_size, image_seq_len, ...) as from_pretrained would pass them.
     processor_kwargs = {
         k: v
@@ -63,6 +72,38 @@ def real_processor(folder: str | os.PathLike):
     if "video_processor" in inspect.signature(processor_class.__init__).parameters:
         parts["video_processor"] = None
     return WithoutVideo(**parts, chat_template=template, **processor_kwargs)
+
+
+TORCH_MODULE = "transformers.models.pixtral.image_processing_pixtral"
+
+
+def _function_ast(source: str, name: str) -> str:
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return ast.dump(node)
+
+
+@cache
+def real_pixtral_processor_class():
+    """transformers' own PixtralProcessor, importable without torch (see the module docstring)."""
+    from transformers.models.pixtral import image_processing_pil_pixtral as pil
+
+    torch_source = Path(importlib.util.find_spec(TORCH_MODULE).origin).read_text()
+    pil_source = Path(pil.__file__).read_text()
+    for name in ("get_resize_output_image_size", "_num_image_tokens"):
+        assert _function_ast(torch_source, name) == _function_ast(pil_source, name), name
+    if "transformers.models.pixtral.processing_pixtral" in sys.modules:
+        module = sys.modules["transformers.models.pixtral.processing_pixtral"]
+    else:
+        stub = types.ModuleType(TORCH_MODULE)
+        stub.get_resize_output_image_size = pil.get_resize_output_image_size
+        had = sys.modules.get(TORCH_MODULE)
+        sys.modules[TORCH_MODULE] = had or stub
+        try:
+            module = importlib.import_module("transformers.models.pixtral.processing_pixtral")
+        finally:
+            if had is None:
+                del sys.modules[TORCH_MODULE]
+    return module.PixtralProcessor
 
 
 @pytest.fixture(scope="session")

@@ -110,7 +110,12 @@ def scan(
     ] = FailLevel.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
-    verify: Annotated[int, typer.Option(help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0)] = 32,
+    verify: Annotated[
+        int,
+        typer.Option(
+            help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0
+        ),
+    ] = 32,
 ) -> None:
     """Scan a dataset and report the rows that would overflow or mismatch for the model."""
     from vlmlint.config import ScanConfig
@@ -141,6 +146,9 @@ def scan(
     except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
         raise _fail(f"internal error while loading {model}: {type(exc).__name__}: {exc}") from None
     from vlmlint.verify import Verifier
+
+    if scanner.model.notice and not quiet:
+        _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
 
     stdout = sys.stdout
     summary = Summary()

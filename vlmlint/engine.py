@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import islice
 from typing import Any
@@ -42,6 +42,7 @@ class _Prepared:
     text: str | None = None
     extra_tokens: int = 0
     count_error: str | None = None
+    counts: list[ImageCount] = field(default_factory=list)
 
 
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -68,13 +69,17 @@ class Scanner:
         self.model = model or load_model(config.model, trust_remote_code=config.trust_remote_code)
         self.family = self.model.family
         self.rules = [rule() for rule in rules]
+        settings = self.model.settings
         self.context = RuleContext(
             max_length=config.max_length or self.model.max_position_embeddings,
             image_placeholder=self.family.placeholder,
+            vision_max_positions=getattr(settings, "vision_max_positions", None),
+            vision_image_size=getattr(settings, "vision_image_size", None),
         )
         self.template = self.model.chat_template if config.use_chat_template else None
+        # A family without a header formula (the generic fallback) always counts on decoded pixels.
+        self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
-        settings = self.model.settings
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
             lambda h, w, n: self.family.count(h, w, settings, images_in_row=n)
         )
@@ -108,23 +113,25 @@ class Scanner:
             cached = replace(cached, reference=ref.reference)
         return cached
 
-    def _with_counts(self, sample: Sample, headers: tuple[ImageInfo, ...]) -> tuple[ImageInfo, ...]:
-        """Add each image's count: the family's formula on header sizes, or the real image processor."""
+    def _with_counts(
+        self, sample: Sample, headers: tuple[ImageInfo, ...]
+    ) -> tuple[tuple[ImageInfo, ...], list[ImageCount] | None]:
+        """Each image's count: the family's formula on header sizes, or the real image processor."""
         try:
-            if self.config.exact:
+            if self.exact:
                 decoded = []
                 for position, ref in enumerate(sample.images):
                     try:
                         decoded.append(decode_image(ref))
                     except ImageProblem as problem:  # a full decode finds what the header could not
                         failed = replace(headers[position], error_code=problem.kind, error=problem.message)
-                        return headers[:position] + (failed,) + headers[position + 1 :]
+                        return headers[:position] + (failed,) + headers[position + 1 :], None
                 counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
             else:
                 counts = [self._count(info.height, info.width, len(headers)) for info in headers]
         except CountError as exc:
-            return tuple(self._rejected(info, exc) for info in headers)
-        return tuple(
+            return tuple(self._rejected(info, exc) for info in headers), None
+        infos = tuple(
             replace(
                 info,
                 resized_width=count.resized_width,
@@ -134,9 +141,12 @@ class Scanner:
             )
             for info, count in zip(headers, counts, strict=True)
         )
+        return infos, list(counts)
 
     def _rejected(self, info: ImageInfo, exc: CountError) -> ImageInfo:
         """Mark the image(s) the processor refuses; with several, only those the formula refuses alone."""
+        if not self.family.header_formula:
+            return replace(info, error_code="rejected", error=str(exc))
         try:
             self._count(info.height, info.width, 1)
         except CountError:
@@ -154,6 +164,8 @@ class Scanner:
                 )
                 for message in messages
             )
+            if not self.family.placeholder:  # a plain encoder: only the text (a caption) is tokenized
+                return "\n".join(turn for turn in turns if turn)
             return "\n".join(turns)
         from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -170,35 +182,40 @@ class Scanner:
             return _Prepared(sample, (), 0)
         images = tuple(self.image_header(ref) for ref in sample.images)
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
+        counts = None
         if images and not any(info.error_code for info in images):
-            images = self._with_counts(sample, images)
-        prepared = _Prepared(sample, images, placeholders)
+            images, counts = self._with_counts(sample, images)
+        prepared = _Prepared(sample, images, placeholders, counts=counts or [])
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
+        if self.model.tokenizer is None:
+            return prepared  # a vision encoder without a text side: image counts only
         try:
             rendered = self.render(sample.messages)
         except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
             prepared.count_error = f"template: the chat template rejects this row: {exc}"
             return prepared
-        written = rendered.count(self.family.placeholder)
+        written = rendered.count(self.family.placeholder) if self.family.placeholder else len(images)
         if written != len(images):
             prepared.count_error = (
                 f"placeholder: the rendered text holds {written} {self.family.placeholder} token(s) "
                 f"for {len(images)} image(s)"
             )
             return prepared
-        prepared.text, prepared.extra_tokens = self.compose(rendered, images)
+        try:
+            prepared.text, prepared.extra_tokens = self.compose(rendered, prepared.counts)
+        except CountError as exc:  # the processor refuses the row as a whole (PaliGemma without an image)
+            prepared.count_error = f"processor: {exc}"
         return prepared
 
-    def compose(self, rendered: str, images: tuple[ImageInfo, ...]) -> tuple[str, int]:
+    def compose(self, rendered: str, counts: list[ImageCount]) -> tuple[str, int]:
         """The processor's text with every run of one special token written once, and the ids saved."""
         settings = self.model.settings
-        expansions = [
-            self.family.expand(ImageCount(i.resized_height, i.resized_width, i.grid, i.tokens), settings)
-            for i in images
-        ]
+        expansions = [self.family.expand(count, settings) for count in counts]
         if self.family.compose is not None:
             segments = self.family.compose(rendered, expansions, settings)
+        elif not self.family.placeholder:  # no image token in the text: nothing to expand
+            segments = [rendered]
         else:
             segments = compose_default(rendered, self.family.placeholder, expansions)
         pieces: list[str] = []
@@ -226,7 +243,9 @@ class Scanner:
         seq_len = text_tokens = None
         if length is not None:
             seq_len = length + prepared.extra_tokens
-            text_tokens = seq_len - sum(info.tokens or 0 for info in prepared.images)
+            text_tokens = seq_len
+            if self.family.placeholder:  # a plain encoder's image tokens are not in the text sequence
+                text_tokens -= sum(info.tokens or 0 for info in prepared.images)
         return RowResult(
             sample=prepared.sample,
             images=prepared.images,

@@ -51,5 +51,7 @@ class Verifier:
                     f"header path: seq {a.seq_len} (img {a.image_tokens}); "
                     f"real image processor: seq {b.seq_len} (img {b.image_tokens})"
                 )
-                disagreements.append((fast, rule.finding(a, message, "rerun with --exact and report this model")))
+                disagreements.append(
+                    (fast, rule.finding(a, message, "rerun with --exact and report this model"))
+                )
         return len(chosen), disagreements

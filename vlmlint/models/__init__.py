@@ -8,6 +8,7 @@ and config.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -47,15 +48,16 @@ class Model:
     max_position_embeddings: int | None = None
     processor_class: str | None = None
     image_processor_type: str | None = None
+    notice: str | None = None  # one line the CLI shows on stderr (e.g. the generic fallback)
 
     def describe(self) -> dict[str, Any]:
-        settings = getattr(self.settings, "__dict__", {}) or {}
+        settings = dataclasses.asdict(self.settings) if dataclasses.is_dataclass(self.settings) else {}
         return {
             "name": self.name,
             "family": self.family.name,
             "processor_class": self.processor_class,
             "image_processor": type(self.image_processor).__name__,
-            "tokenizer": type(self.tokenizer).__name__,
+            "tokenizer": type(self.tokenizer).__name__ if self.tokenizer is not None else None,
             "chat_template": self.chat_template is not None,
             "max_position_embeddings": self.max_position_embeddings,
             "image_settings": dict(settings),
@@ -119,6 +121,53 @@ def _processor_settings(processor_class: str | None, processor_config: dict[str,
     return processor_defaults(cls, processor_config)
 
 
+def _load_tokenizer(name: str, family: Family, trust_remote_code: bool) -> Any:
+    """The model's tokenizer; None for a plain vision encoder that has none (ViT: counts, no lengths)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError, ImportError):
+        if family.placeholder:  # a family whose text holds image tokens cannot do without one
+            raise
+        return None
+
+
+def _load_generic(name: str, processor_name: str | None, trust_remote_code: bool) -> Model:
+    """A family vlmlint has no formula for: count through the real processor, on decoded pixels."""
+    from transformers import AutoProcessor
+
+    from vlmlint.models.generic import make_family
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            processor = AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+        family = make_family(processor)
+    except (OSError, ValueError, KeyError, ImportError, TypeError, AttributeError, CountError) as exc:
+        raise ModelError(
+            f"{name}: processor {processor_name!r} is not a family vlmlint has a formula for, and the real "
+            f"processor could not be loaded for the fallback ({type(exc).__name__}: {exc}). Processors that "
+            "declare a video processor need torch and torchvision for that; supported families: "
+            f"{', '.join(f.title for f in FAMILIES)}"
+        ) from None
+    template = getattr(processor, "chat_template", None)
+    return Model(
+        name=name,
+        family=family,
+        settings=processor,
+        image_processor=processor.image_processor,
+        tokenizer=processor.tokenizer,
+        chat_template=template
+        if isinstance(template, str)
+        else _read_chat_template(name, processor.tokenizer),
+        max_position_embeddings=_max_position_embeddings(_read_json(name, "config.json")),
+        processor_class=type(processor).__name__,
+        image_processor_type=type(processor.image_processor).__name__,
+        notice=f"{processor_name}: no formula in vlmlint; counting with the real processor on decoded images (slow)",
+    )
+
+
 def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
     """Load what vlmlint needs of a processor folder or hub id, without torch."""
     preprocessor = _read_json(name, "preprocessor_config.json")
@@ -140,20 +189,22 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
         or image_config.get("processor_class")
         or tokenizer_config.get("processor_class")
     )
-    image_processor_type = image_config.get("image_processor_type")
-    family = find_family(processor_class, image_processor_type)
-    if family is None:
-        raise ModelError(
-            f"{name}: processor {processor_class or image_processor_type!r} is not a family vlmlint counts yet; "
-            f"supported: {', '.join(f.title for f in FAMILIES)}"
-        )
-    if not trust_remote_code and ("auto_map" in image_config or "auto_map" in processor_config):
+    # Legacy hub files (google/vit-*, openai/clip-*) name only their feature extractor class.
+    image_processor_type = image_config.get("image_processor_type") or image_config.get(
+        "feature_extractor_type"
+    )
+    if not trust_remote_code and any(
+        "auto_map" in c for c in (image_config, processor_config, tokenizer_config)
+    ):
         raise ModelError(
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
+    family = find_family(processor_class, image_processor_type)
+    if family is None:
+        return _load_generic(name, processor_class or image_processor_type, trust_remote_code)
 
     model_config = _read_json(name, "config.json")
-    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers import AutoImageProcessor
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # keep transformers' backend notices off the report
@@ -162,13 +213,15 @@ def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             image_processor = AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
-            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+            tokenizer = _load_tokenizer(name, family, trust_remote_code)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise ModelError(f"{name}: cannot load its image processor or tokenizer: {exc}") from None
     try:
-        settings = family.settings_from(
-            image_processor, _processor_settings(processor_class, processor_config), model_config
-        )
+        processor_settings = _processor_settings(processor_class, processor_config)
+        # ProcessorMixin._merge_kwargs lets the tokenizer's init kwargs (tokenizer_config.json) override
+        # the processor's call-time defaults (e.g. Gemma 3's do_pan_and_scan): families read them here.
+        processor_settings["tokenizer_init_kwargs"] = dict(getattr(tokenizer, "init_kwargs", None) or {})
+        settings = family.settings_from(image_processor, processor_settings, model_config)
     except CountError as exc:
         raise ModelError(f"{name}: {exc}") from None
     return Model(

@@ -6,19 +6,26 @@ A family module holds, for one processor family:
 - `settings_from(image_processor, processor_config, model_config)`: the settings the count needs,
   read from the loaded image processor (its files, class defaults where they say nothing), the
   processor's own config (processor_config.json merged over the processor class's __init__
-  defaults) and the model's config.json (e.g. vision_feature_select_strategy, image sizes);
+  defaults, plus "tokenizer_init_kwargs": the tokenizer's init kwargs, which the processor's call
+  merges over its own defaults) and the model's config.json (e.g. vision_feature_select_strategy);
+- `compose(rendered, expansions, settings)` (optional): the whole text the processor tokenizes; it
+  raises CountError when the processor refuses the row as a whole;
 - `count(height, width, settings, images_in_row=1)`: the pure, header-only formula;
 - `count_exact(image_processor, images, settings)`: the real image processor on decoded pixels;
 - `expand(count, settings)`: the text the processor puts in place of one placeholder, as segments:
   plain strings and `Run(token, n)` for n copies of one special token (written once when tokenizing,
   since a special token never merges with its neighbours, and counted n times).
+
+A plain vision encoder (ViT, CLIP, SigLIP) has no image token in any text: its `placeholder` is "",
+the row's text is tokenized alone (when the model has a tokenizer), and its settings carry
+`vision_max_positions` / `vision_image_size`, which the engine hands to the rules.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -32,6 +39,8 @@ class ImageCount:
     resized_width: int
     grid: tuple[int, ...]  # family-defined: Qwen (t, h, w) patches; tiles (rows, cols); crops; ...
     tokens: int  # image-placeholder token ids this image contributes to input_ids
+    # The expansion itself, for families that learn it from the real processor (the generic fallback).
+    expansion: tuple[str | Run, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class Family:
     title: str
     processor_classes: tuple[str, ...]
     image_processor_types: tuple[str, ...]
-    placeholder: str
+    placeholder: str  # "" = no image token in the text (plain vision encoders)
     raw_image_prompt: str
     settings_from: Callable[[Any, dict[str, Any], dict[str, Any]], Any]
     count: Callable[..., ImageCount]
@@ -82,3 +91,4 @@ class Family:
     # The whole text the processor tokenizes, from the rendered prompt and each image's expansion.
     compose: Callable[[str, Sequence[Expansion], Any], list[Segment]] | None = None
     add_special_tokens: bool = True
+    header_formula: bool = True  # False: no pure count; every scan decodes pixels (generic fallback)

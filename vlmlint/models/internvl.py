@@ -1,3 +1,192 @@
-"""Being written: see the family modules beside this one."""
+"""InternVL (transformers-native InternVLProcessor + GotOcr2ImageProcessor): dynamic 448px tiles.
 
-FAMILY = None
+Image processor (transformers 5.x `GotOcr2ImageProcessor(Pil).crop_image_to_patches`): the image is
+resized to the (columns x rows) grid of tiles whose aspect ratio is closest to the image's, among
+all grids with min_patches <= columns*rows <= max_patches, and cut into those tiles; when there is
+more than one tile a thumbnail (the whole image resized to one tile) is appended.
+
+Processor (`InternVLProcessor.replace_image_token`): each `<IMG_CONTEXT>` the chat template writes
+becomes `<img>` + `<IMG_CONTEXT>` x (image_seq_length * num_patches) + `</img>`. The processor
+forces crop_to_patches=True through its class-level images_kwargs, whatever the image processor's
+own crop_to_patches says (the hub checkpoints save false), so tiling is on unless a caller turns it
+off at call time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+
+PLACEHOLDER = "<IMG_CONTEXT>"
+START_IMAGE_TOKEN = "<img>"
+END_IMAGE_TOKEN = "</img>"
+DEFAULT_IMAGE_SEQ_LENGTH = 256  # InternVLProcessor.__init__ default
+PROCESSOR_CLASS = "InternVLProcessor"
+PROCESSOR_IMAGES_KWARGS = {"crop_to_patches": True}  # InternVLProcessor.images_kwargs in transformers 5.24
+
+
+@dataclass(frozen=True)
+class InternVLSettings:
+    tile_height: int
+    tile_width: int
+    min_patches: int
+    max_patches: int
+    crop_to_patches: bool
+    image_seq_length: int
+    do_resize: bool = True
+
+
+# Image-processor kwargs InternVLProcessor's call can set (ProcessorMixin._merge_kwargs): its class
+# images_kwargs first, then any of these the tokenizer was initialised with (tokenizer_config.json).
+CALL_KEYS = ("crop_to_patches", "min_patches", "max_patches", "size", "do_resize")
+
+
+def _call_kwargs(processor_config: dict[str, Any]) -> dict[str, Any]:
+    """The image-processor kwargs the processor's __call__ passes: they beat the image processor's own."""
+    try:
+        import transformers
+
+        forced = getattr(getattr(transformers, PROCESSOR_CLASS, None), "images_kwargs", None)
+    except ImportError:  # a transformers that cannot import the class: its 5.24 value
+        forced = None
+    if not isinstance(forced, dict):
+        forced = PROCESSOR_IMAGES_KWARGS
+    kwargs = {k: v for k, v in forced.items() if k in CALL_KEYS}
+    tokenizer_kwargs = processor_config.get("tokenizer_init_kwargs") or {}
+    kwargs.update({k: v for k, v in tokenizer_kwargs.items() if k in CALL_KEYS})
+    return kwargs
+
+
+def settings_from(
+    image_processor: Any, processor_config: dict[str, Any], model_config: dict[str, Any]
+) -> InternVLSettings:
+    processor_class = processor_config.get("processor_class")
+    if processor_class not in (None, PROCESSOR_CLASS) or model_config.get("model_type") == "got_ocr2":
+        raise CountError(
+            f"GotOcr2ImageProcessor under {processor_class or model_config.get('model_type')} is not InternVL "
+            "(GOT-OCR2 expands <imgpad>, not <IMG_CONTEXT>); vlmlint does not count it yet"
+        )
+    call = _call_kwargs(processor_config)
+    size = call.get("size", image_processor.size)
+    if isinstance(size, dict):
+        height, width = size.get("height"), size.get("width")
+    else:
+        height, width = getattr(size, "height", None), getattr(size, "width", None)
+    if not height or not width:
+        raise CountError(f"size must hold height and width (the tile size), got {size}")
+    return InternVLSettings(
+        tile_height=int(height),
+        tile_width=int(width),
+        min_patches=int(call.get("min_patches", image_processor.min_patches)),
+        max_patches=int(call.get("max_patches", image_processor.max_patches)),
+        crop_to_patches=bool(call.get("crop_to_patches", getattr(image_processor, "crop_to_patches", False))),
+        image_seq_length=int(processor_config.get("image_seq_length") or DEFAULT_IMAGE_SEQ_LENGTH),
+        do_resize=bool(call.get("do_resize", getattr(image_processor, "do_resize", True))),
+    )
+
+
+@lru_cache(maxsize=16)
+def supported_grids(min_tiles: int, max_tiles: int) -> tuple[tuple[int, int], ...]:
+    """(columns, rows) with min <= columns*rows <= max, in GotOcr2's order: by tile count, a stable sort
+    of the columns-major enumeration (that order decides ties)."""
+    grids = [
+        (columns, rows)
+        for columns in range(1, max_tiles + 1)
+        for rows in range(1, max_tiles + 1)
+        if min_tiles <= columns * rows <= max_tiles
+    ]
+    return tuple(sorted(grids, key=lambda grid: grid[0] * grid[1]))
+
+
+def optimal_tiled_canvas(
+    height: int, width: int, tile_height: int, tile_width: int, min_tiles: int, max_tiles: int
+) -> tuple[int, int]:
+    """GotOcr2's get_optimal_tiled_canvas, float for float: the grid (columns, rows) whose aspect ratio is
+    closest to width/height; on an exact tie a later (larger) grid wins while the image's area exceeds half
+    the tiles' area. (1, 1) when no grid is allowed (min_patches > max_patches)."""
+    aspect_ratio = width / height
+    area = width * height
+    best_diff = float("inf")
+    best = (1, 1)
+    for columns, rows in supported_grids(min_tiles, max_tiles):
+        diff = abs(aspect_ratio - columns / rows)
+        if diff < best_diff:
+            best_diff = diff
+            best = (columns, rows)
+        elif diff == best_diff and area > 0.5 * tile_height * tile_width * columns * rows:
+            best = (columns, rows)
+    return best
+
+
+def count(height: int, width: int, settings: InternVLSettings, images_in_row: int = 1) -> ImageCount:
+    """Tiles (+1 thumbnail when more than one), image_seq_length <IMG_CONTEXT> each."""
+    del images_in_row  # every image is tiled on its own
+    if height < 1 or width < 1:
+        raise CountError(f"{width}x{height}: an image needs at least one pixel per side")
+    if settings.crop_to_patches and settings.max_patches > 1:
+        columns, rows = optimal_tiled_canvas(
+            height,
+            width,
+            settings.tile_height,
+            settings.tile_width,
+            settings.min_patches,
+            settings.max_patches,
+        )
+        tiles = columns * rows
+        num_patches = tiles + 1 if tiles != 1 else 1
+        resized = (settings.tile_height * rows, settings.tile_width * columns)
+    else:
+        rows = columns = num_patches = 1
+        resized = (settings.tile_height, settings.tile_width) if settings.do_resize else (height, width)
+    return ImageCount(resized[0], resized[1], (rows, columns), settings.image_seq_length * num_patches)
+
+
+def count_exact(image_processor: Any, images: list[Any], settings: InternVLSettings) -> list[ImageCount]:
+    """The real image processor's num_patches, called with the kwargs the processor passes it."""
+    try:
+        output = image_processor(
+            images=images,
+            crop_to_patches=settings.crop_to_patches,
+            min_patches=settings.min_patches,
+            max_patches=settings.max_patches,
+            size={"height": settings.tile_height, "width": settings.tile_width},
+            do_resize=settings.do_resize,
+        )
+    except ValueError as exc:
+        raise CountError(str(exc)) from None
+    counts = []
+    for image, num_patches in zip(images, output["num_patches"], strict=True):
+        num_patches = int(num_patches)
+        width, height = image.size
+        header = count(height, width, settings)
+        counts.append(
+            ImageCount(
+                header.resized_height,
+                header.resized_width,
+                header.grid,
+                settings.image_seq_length * num_patches,
+            )
+        )
+    return counts
+
+
+def expand(count: ImageCount, settings: InternVLSettings) -> Expansion:
+    """<img> + <IMG_CONTEXT> x image_seq_length per tile + </img>."""
+    return (START_IMAGE_TOKEN, Run(PLACEHOLDER, count.tokens), END_IMAGE_TOKEN)
+
+
+FAMILY = Family(
+    name="internvl",
+    title="InternVL (transformers-native)",
+    processor_classes=(PROCESSOR_CLASS,),
+    image_processor_types=("GotOcr2ImageProcessor", "GotOcr2ImageProcessorFast", "GotOcr2ImageProcessorPil"),
+    placeholder=PLACEHOLDER,
+    raw_image_prompt=PLACEHOLDER + "\n",
+    settings_from=settings_from,
+    count=count,
+    count_exact=count_exact,
+    expand=expand,
+)

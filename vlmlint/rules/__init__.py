@@ -5,18 +5,20 @@ from __future__ import annotations
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
 from vlmlint.rules.images import ExtremeAspectRatio, UnreadableImage
 from vlmlint.rules.internal import CountDisagreement
-from vlmlint.rules.lengths import SequenceTooLong
+from vlmlint.rules.lengths import SequenceTooLong, VisionPositionOverflow
 from vlmlint.rules.placeholders import PlaceholderCountMismatch
-from vlmlint.rules.rows import MalformedRow, MissingImage, RemoteImage
+from vlmlint.rules.rows import MalformedRow, MissingImage, ProcessorRejectsRow, RemoteImage
 
 ALL_RULES: tuple[type[Rule], ...] = (
     MalformedRow,
     MissingImage,
     RemoteImage,
+    ProcessorRejectsRow,
     UnreadableImage,
     ExtremeAspectRatio,
     PlaceholderCountMismatch,
     SequenceTooLong,
+    VisionPositionOverflow,
     CountDisagreement,
 )
 

@@ -57,7 +57,10 @@ class RuleContext:
     """What rules may know beyond the row: limits and the model's vocabulary of placeholders."""
 
     max_length: int | None
-    image_placeholder: str  # what the model's template expands, e.g. <|image_pad|>
+    image_placeholder: str  # what the model's template expands, e.g. <|image_pad|>; "" for plain encoders
+    # Plain vision encoders (ViT/CLIP/SigLIP): the position table of the vision model and its input side.
+    vision_max_positions: int | None = None
+    vision_image_size: int | None = None
 
 
 class Rule:

@@ -86,3 +86,28 @@ class RemoteImage(Rule):
                     f"image {position} is a URL and was not fetched: {info.reference}",
                     "download the image and reference the local file",
                 )
+
+
+class ProcessorRejectsRow(Rule):
+    """The model's processor refuses the row as a whole (e.g. PaliGemma given a row without an image).
+
+    **Why** The processor raises while the batch is built, which stops the data loader; a lenient
+    trainer drops the row silently.
+
+    **Example** A text-only conversation in a PaliGemma dataset: "PaliGemma requires at least one
+    image per prompt".
+
+    **Fix** Give the row the image(s) the model expects, or keep such rows out of this model's data.
+    """
+
+    code = "VLM108"
+    name = "processor-rejects-row"
+    severity = Severity.ERROR
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        if row.count_error and row.count_error.startswith("processor:"):
+            yield self.finding(
+                row,
+                row.count_error.removeprefix("processor:").strip(),
+                "give the row what the processor requires (e.g. an image), or remove it",
+            )
