@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint fixtures docs clean
+.PHONY: install demo test lint fixtures docs bench clean
 
 install: $(STAMP)
 
@@ -34,3 +34,7 @@ docs: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# Figures for the README and the notes: the default path against the naive per-row processor loop.
+bench: install
+	$(BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models qwen2-vl,llava-v1.6-mistral-7b,idefics3-8b-llama3

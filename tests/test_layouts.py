@@ -96,8 +96,8 @@ def test_captions_put_the_image_in_a_user_turn():
 @pytest.mark.parametrize(
     "row,fragment",
     [
-        ([1, 2], "not an object"),
-        ({"foo": 1}, "no known layout"),
+        ([1, 2], "JSON array, not an object"),
+        (None, "JSON null, not an object"),
         ({"image": "a.jpg", "conversations": "<image> hi"}, "non-empty list"),
         ({"conversations": [{"from": "alien", "value": "x"}]}, "unknown role"),
         ({"conversations": [{"from": "human", "value": 3}]}, "must be a string"),
@@ -114,6 +114,72 @@ def test_bad_rows_become_vlm101(row, fragment):
 def test_forced_layout_reports_rows_that_do_not_fit():
     sample = parse({"image": "a.jpg", "text": "cap"}, layout="llava")
     assert sample.problems and 'missing "conversations"' in sample.problems[0].message
+    sample = parse({"foo": 1}, layout="llava")  # forced: VLM101 even when no layout fits
+    assert [p.code for p in sample.problems] == ["VLM101"]
+
+
+def test_row_fitting_no_layout_is_vlm102_naming_fields_and_layouts():
+    sample = parse({"foo": 1, "img": "a.jpg"})
+    assert [p.code for p in sample.problems] == ["VLM102"]
+    message = sample.problems[0].message
+    assert "['foo', 'img']" in message and all(name in message for name in ("llava", "sharegpt", "captions"))
+
+
+def test_row_fitting_no_layout_after_the_first_row_is_vlm102():
+    row = {"id": 2, "image": "a.jpg", "conversation": []}  # "conversation" misspelt
+    sample = row_to_sample(
+        row, layout="llava", resolve=RESOLVE, source="m.jsonl", index=1, line=2, from_first_row=True
+    )
+    assert [p.code for p in sample.problems] == ["VLM102"]
+    assert "this file's rows are llava" in sample.problems[0].message
+    # a row of another known layout in that file still names the field its file's layout lacks
+    other = row_to_sample(
+        {"image": "a.jpg", "text": "cap"},
+        layout="llava",
+        resolve=RESOLVE,
+        source="m.jsonl",
+        index=2,
+        from_first_row=True,
+    )
+    assert [p.code for p in other.problems] == ["VLM101"]
+
+
+@pytest.mark.parametrize(
+    "row,note",
+    [
+        ({"messages": [{"role": "user", "content": "<image>"}], "images": "a.jpg"}, "a string"),
+        ({"instruction": "<image>x", "output": "y", "images": "a.jpg"}, "a string"),
+        ({"messages": [{"role": "user", "content": "<image>"}], "images": {"path": "a.jpg"}}, "an object"),
+    ],
+)
+def test_images_not_a_list_is_read_as_one_image_with_a_vlm106_note(row, note):
+    sample = parse(row)
+    assert not sample.problems and len(sample.images) == 1 and sample.images[0].path == "/data/a.jpg"
+    assert [p.code for p in sample.notes] == ["VLM106"] and note in sample.notes[0].message
+
+
+def test_llava_image_string_and_image_lists_have_no_note():
+    assert not parse({"image": "a.jpg", "conversations": [{"from": "human", "value": "<image>"}]}).notes
+    assert not parse({"messages": [{"role": "user", "content": "<image>"}], "images": ["a.jpg"]}).notes
+
+
+def test_image_path_with_nul_is_a_row_problem():
+    sample = parse({"image": "a\0.jpg", "conversations": [{"from": "human", "value": "<image>"}]})
+    assert [p.code for p in sample.problems] == ["VLM101"] and "NUL" in sample.problems[0].message
+
+
+def test_paths_leaving_the_root_are_marked(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "out.jpg").write_bytes(b"x")
+    (tmp_path / "data" / "in.jpg").write_bytes(b"x")
+    (tmp_path / "data" / "link_out.jpg").symlink_to(tmp_path / "out.jpg")
+    (tmp_path / "data" / "link_in.jpg").symlink_to(tmp_path / "data" / "in.jpg")
+    resolve = ImageResolver(str(tmp_path / "data"))
+    outside = {
+        ref: resolve(ref).outside_root for ref in ("../out.jpg", str(tmp_path / "out.jpg"), "link_out.jpg")
+    }
+    inside = {ref: resolve(ref).outside_root for ref in ("in.jpg", "link_in.jpg", "x/../in.jpg")}
+    assert all(outside.values()) and not any(inside.values())
 
 
 def test_hf_image_struct_with_bytes():

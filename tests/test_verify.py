@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import DATASETS, PROCESSORS
@@ -52,3 +53,34 @@ def test_cli_reports_the_verification():
     result = CliRunner().invoke(app, ["scan", str(DATASETS / "llava"), "--model", MODEL, "--format", "json"])
     assert result.exit_code == 0
     assert orjson.loads(result.stdout)["summary"]["verify"] == {"rows": 32, "disagreements": 0}
+
+
+VERIFY_MODELS = [
+    "qwen2-vl",
+    "llava-v1.6-mistral-7b",
+    "idefics3-8b-llama3",
+    "gemma-3-4b-it-panscan",
+    "pixtral-12b",
+]
+
+
+@pytest.mark.parametrize("model", VERIFY_MODELS)
+@pytest.mark.parametrize("dataset", sorted(p.name for p in DATASETS.iterdir() if not p.name.startswith("_")))
+def test_verify_32_finds_no_disagreement_on_any_fixture(dataset, model):
+    scanner = Scanner(ScanConfig(dataset=str(DATASETS / dataset), model=str(PROCESSORS / model)))
+    checked, disagreements = _verify(scanner, 32)
+    assert [finding.message for _, finding in disagreements] == []
+
+
+def test_an_image_above_the_pixel_limit_is_not_a_disagreement(tmp_path):
+    """The header path counts it, the exact path never decodes it: VLM202 reports it, not VLM901."""
+    from PIL import Image
+
+    Image.new("RGB", (640, 480)).save(tmp_path / "a.jpg")
+    row = {"id": "1", "image": "a.jpg", "conversations": [{"from": "human", "value": "<image>\nHi"}]}
+    (tmp_path / "data.jsonl").write_bytes(orjson.dumps(row) + b"\n")
+    config = ScanConfig(dataset=str(tmp_path / "data.jsonl"), model=MODEL)
+    config = replace(config, thresholds={**config.thresholds, "bomb_pixels": 100_000})
+    scanner = Scanner(config)
+    checked, disagreements = _verify(scanner, 4)
+    assert checked == 1 and disagreements == []

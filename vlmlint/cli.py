@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from vlmlint import __version__
-from vlmlint.rules import ALL_RULES, RULES_BY_CODE, Severity
+from vlmlint.rules import ALL_RULES, RULES_BY_CODE
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -67,9 +67,12 @@ def scan(
     dataset: Annotated[
         str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
     ],
-    model: Annotated[str, typer.Option("--model", "-m", help="Processor folder or Hugging Face hub id.")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Processor folder or Hugging Face hub id.")
+    ] = None,
     layout: Annotated[
-        str | None, typer.Option(help="Force a row layout: llava, sharegpt, openai, alpaca, captions.")
+        str | None,
+        typer.Option(help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized."),
     ] = None,
     image_root: Annotated[
         str | None, typer.Option(help="Folder that relative image paths are resolved against.")
@@ -77,27 +80,59 @@ def scan(
     split: Annotated[
         str | None, typer.Option(help="Split of a Hugging Face dataset (default: train).")
     ] = None,
-    streaming: Annotated[bool, typer.Option(help="Stream a hub dataset instead of downloading it.")] = False,
+    streaming: Annotated[
+        bool | None, typer.Option("--streaming", help="Stream a hub dataset instead of downloading it.")
+    ] = None,
     max_length: Annotated[
         int | None,
         typer.Option(help="Maximum sequence length (default: the model's max_position_embeddings).", min=1),
     ] = None,
+    truncation_side: Annotated[
+        str | None, typer.Option(help="Where your trainer cuts rows longer than --max-length: right or left.")
+    ] = None,
     exact: Annotated[
-        bool, typer.Option(help="Decode every image and run the model's real image processor.")
-    ] = False,
+        bool | None,
+        typer.Option("--exact", help="Decode every image and run the model's real image processor."),
+    ] = None,
     chat_template: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--chat-template/--no-chat-template",
-            help="Render rows with the model's chat template, or count the raw text.",
+            help="Render rows with the model's chat template (default), or count the raw text.",
         ),
-    ] = True,
+    ] = None,
     add_generation_prompt: Annotated[
-        bool, typer.Option(help="Render with add_generation_prompt=True (eval prompts).")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--add-generation-prompt", help="Render with add_generation_prompt=True (eval prompts)."
+        ),
+    ] = None,
     trust_remote_code: Annotated[
-        bool, typer.Option(help="Allow processors that run code from the model repository.")
-    ] = False,
+        bool | None,
+        typer.Option("--trust-remote-code", help="Allow processors that run code from the model repository."),
+    ] = None,
+    allow_remote: Annotated[
+        bool | None, typer.Option("--allow-remote", help="Fetch http(s) images (never done otherwise).")
+    ] = None,
+    allow_outside_root: Annotated[
+        bool | None,
+        typer.Option("--allow-outside-root", help="Read images whose path leaves the dataset folder."),
+    ] = None,
+    select: Annotated[
+        str | None,
+        typer.Option(help="Only these rule codes or prefixes, comma-separated (e.g. VLM3,VLM401)."),
+    ] = None,
+    ignore: Annotated[
+        str | None, typer.Option(help="Skip these rule codes or prefixes, comma-separated.")
+    ] = None,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(help="Set a rule threshold, NAME=VALUE (repeatable); see 'vlmlint config'."),
+    ] = None,
+    config_file: Annotated[
+        str | None,
+        typer.Option("--config", help="A vlmlint.toml or pyproject.toml (default: the nearest one found)."),
+    ] = None,
     output_format: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="Report on stdout: text, json or jsonl.")
     ] = OutputFormat.text,
@@ -106,8 +141,9 @@ def scan(
         bool, typer.Option(help="With --format jsonl: one line per row (counts and codes), not per finding.")
     ] = False,
     fail_on: Annotated[
-        FailLevel, typer.Option(help="Exit 1 when a finding is at or above this severity.")
-    ] = FailLevel.error,
+        FailLevel | None,
+        typer.Option(help="Exit 1 when a finding is at or above this severity (default error)."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
     verify: Annotated[
@@ -118,33 +154,39 @@ def scan(
     ] = 32,
 ) -> None:
     """Scan a dataset and report the rows that would overflow or mismatch for the model."""
-    from vlmlint.config import ScanConfig
     from vlmlint.engine import Scanner
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
     from vlmlint.report import Summary, build_report, row_record, write_report_file
     from vlmlint.report.json_report import dumps, settings_record
 
-    config = ScanConfig(
-        dataset=dataset,
-        model=model,
-        layout=layout,
-        image_root=image_root,
-        split=split,
-        streaming=streaming,
-        max_length=max_length,
-        exact=exact,
-        use_chat_template=chat_template,
-        add_generation_prompt=add_generation_prompt,
-        trust_remote_code=trust_remote_code,
-        fail_on=Severity(fail_on.value),
-    )
+    flags = {
+        "model": model,
+        "layout": layout,
+        "image_root": image_root,
+        "split": split,
+        "streaming": streaming,
+        "max_length": max_length,
+        "truncation_side": truncation_side,
+        "exact": exact,
+        "use_chat_template": chat_template,
+        "add_generation_prompt": add_generation_prompt,
+        "trust_remote_code": trust_remote_code,
+        "allow_remote": allow_remote,
+        "allow_outside_root": allow_outside_root,
+        "select": select,
+        "ignore": ignore,
+        "fail_on": fail_on.value if fail_on else None,
+        "thresholds": _parse_thresholds(threshold),
+    }
+    config = _load_config(dataset, flags, config_file)
+    exact = config.exact
     try:
         scanner = Scanner(config)
     except ModelError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
-        raise _fail(f"internal error while loading {model}: {type(exc).__name__}: {exc}") from None
+        raise _fail(f"internal error while loading {config.model}: {type(exc).__name__}: {exc}") from None
     from vlmlint.verify import Verifier
 
     if scanner.model.notice and not quiet:
@@ -190,9 +232,40 @@ def scan(
 
         # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
         width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
-        render_text(summary, Console(file=stdout, width=width), model_name=model, max_rows=table_rows)
+        render_text(summary, Console(file=stdout, width=width), model_name=config.model, max_rows=table_rows)
     stdout.flush()
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+
+
+def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
+    if not values:
+        return None
+    parsed = {}
+    for item in values:
+        name, sep, raw = item.partition("=")
+        try:
+            parsed[name.strip()] = float(raw) if "." in raw or "e" in raw.lower() else int(raw)
+        except ValueError:
+            raise _fail(f"--threshold takes NAME=NUMBER, got {item!r}") from None
+        if not sep:
+            raise _fail(f"--threshold takes NAME=NUMBER, got {item!r}")
+    return parsed
+
+
+def _load_config(dataset: str, flags: dict, config_file: str | None):
+    """Defaults < [tool.vlmlint] / vlmlint.toml < flags; a bad file or value exits 2."""
+    from pathlib import Path
+
+    from vlmlint.config import ConfigError, build_config, find_config_file, read_config_file
+
+    try:
+        path = Path(config_file) if config_file else find_config_file()
+        file_settings = read_config_file(path) if path else {}
+        if flags.get("thresholds") and file_settings.get("thresholds"):
+            flags = {**flags, "thresholds": {**file_settings["thresholds"], **flags["thresholds"]}}
+        return build_config(dataset, file_settings, flags)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
 
 
 def dumps_line(record: dict) -> str:
@@ -218,6 +291,34 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code such as VLM3
     if rule is None:
         raise _fail(f"unknown rule {code!r}; see 'vlmlint rules'")
     print(f"{rule.code} {rule.name} ({rule.severity.value})\n\n{rule.documentation()}")
+
+
+@app.command("config")
+def show_config(
+    config_file: Annotated[
+        str | None, typer.Option("--config", help="A vlmlint.toml or pyproject.toml.")
+    ] = None,
+) -> None:
+    """Print the effective settings (defaults < config file < nothing else) and every threshold."""
+    from pathlib import Path
+
+    from vlmlint.config import THRESHOLDS, ConfigError, find_config_file, read_config_file
+
+    try:
+        path = Path(config_file) if config_file else find_config_file()
+        settings = read_config_file(path) if path else {}
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    print(f"# config file: {path or 'none found'}")
+    for key, value in sorted(settings.items()):
+        if key != "thresholds":
+            print(f"{key} = {value!r}")
+    print("# thresholds (name = value  # meaning)")
+    overrides = settings.get("thresholds", {})
+    for name, (default, meaning) in THRESHOLDS.items():
+        print(
+            f"{name} = {overrides.get(name, overrides.get(name.replace('_', '-'), default))!r}  # {meaning}"
+        )
 
 
 @app.command()

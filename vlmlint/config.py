@@ -1,10 +1,36 @@
-"""Scan settings: one frozen record built by the CLI (or a Python caller) and read by the engine."""
+"""Scan settings: one frozen record built by the CLI (or a Python caller) and read by the engine.
+
+Settings come from, in rising priority: the defaults here, `[tool.vlmlint]` in pyproject.toml or a
+vlmlint.toml (the nearest one at or above the working folder), then the command-line flags.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from vlmlint.rules.base import Severity
+
+# Rule thresholds: name -> (default, what it means). Rules read them from the RuleContext, never as literals.
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "near_limit_share": (0.9, "VLM405: warn when a row uses more than this share of the length limit"),
+    "max_image_tokens_per_image": (16384, "VLM406: image tokens above which one image is a memory risk"),
+    "max_image_tokens_per_row": (32768, "VLM406: image tokens above which a row is a memory risk"),
+    "heavy_resize_factor": (16.0, "VLM208: area shrunk or grown by more than this factor"),
+    "tiny_image_side": (28, "VLM204: images with a side below this many pixels are upscaled a lot"),
+    "tiny_upscale_factor": (2.0, "VLM204: also images the processor enlarges more than this (area) to its min_pixels"),
+    "bomb_pixels": (89_478_485, "VLM202: images above this many pixels are never decoded (PIL's limit)"),
+    "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
+}
+THRESHOLD_DEFAULTS: Mapping[str, float] = MappingProxyType({k: v for k, (v, _) in THRESHOLDS.items()})
+
+
+class ConfigError(ValueError):
+    """A config file or value vlmlint cannot use; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -16,9 +42,92 @@ class ScanConfig:
     split: str | None = None
     streaming: bool = False
     max_length: int | None = None  # None: the model's text max_position_embeddings
+    truncation_side: str = "right"  # where a trainer cuts a row longer than max_length
     exact: bool = False  # decode pixels and run the real image processor
     use_chat_template: bool = True
     add_generation_prompt: bool = False
     trust_remote_code: bool = False
+    allow_remote: bool = False  # fetch http(s) images (never by default)
+    allow_outside_root: bool = False  # read images outside the dataset folder
     fail_on: Severity = Severity.ERROR
+    select: tuple[str, ...] = ()  # rule codes or prefixes; empty: all
+    ignore: tuple[str, ...] = ()
+    thresholds: Mapping[str, float] = field(default_factory=lambda: THRESHOLD_DEFAULTS)
     batch_size: int = 256
+
+    def rule_enabled(self, code: str) -> bool:
+        """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
+        if self.select and not any(code.startswith(prefix) for prefix in self.select):
+            return False
+        return not any(code.startswith(prefix) for prefix in self.ignore)
+
+
+def find_config_file(start: str | os.PathLike | None = None) -> Path | None:
+    """The nearest vlmlint.toml, or pyproject.toml with a [tool.vlmlint] table, at or above `start`."""
+    folder = Path(start or os.getcwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / "vlmlint.toml").is_file():
+            return candidate / "vlmlint.toml"
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "tool" in (data := _read_toml(pyproject)) and "vlmlint" in data["tool"]:
+            return pyproject
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The [tool.vlmlint] table (pyproject.toml) or the whole file (vlmlint.toml), keys as snake_case."""
+    data = _read_toml(path)
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("vlmlint", {})
+    settings = {key.replace("-", "_"): value for key, value in data.items()}
+    known = {f.name for f in fields(ScanConfig)} - {"dataset", "batch_size"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return settings
+
+
+def build_config(dataset: str, file_settings: Mapping[str, Any], flags: Mapping[str, Any]) -> ScanConfig:
+    """Merge defaults < config file < flags (a flag left at None does not override)."""
+    merged: dict[str, Any] = dict(file_settings)
+    merged.update({key: value for key, value in flags.items() if value is not None})
+    thresholds = dict(THRESHOLD_DEFAULTS)
+    for name, value in dict(merged.pop("thresholds", {}) or {}).items():
+        key = name.replace("-", "_")
+        if key not in THRESHOLDS:
+            raise ConfigError(f"unknown threshold {name!r}; known: {', '.join(THRESHOLDS)}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"threshold {name!r} must be a number, got {value!r}")
+        thresholds[key] = value
+    for key in ("select", "ignore"):
+        value = merged.get(key)
+        if isinstance(value, str):
+            value = [part for part in value.replace(" ", "").split(",") if part]
+        if value is not None:
+            merged[key] = tuple(str(v).upper() for v in value)
+    if "fail_on" in merged:
+        try:
+            merged["fail_on"] = Severity(str(merged["fail_on"]))
+        except ValueError:
+            raise ConfigError(f"fail-on must be error, warning or info, got {merged['fail_on']!r}") from None
+    if merged.get("truncation_side", "right") not in ("left", "right"):
+        raise ConfigError(f"truncation-side must be left or right, got {merged['truncation_side']!r}")
+    if "model" not in merged:
+        raise ConfigError(
+            "no model: pass --model (a processor folder or hub id) or set model in [tool.vlmlint]"
+        )
+    return ScanConfig(dataset=dataset, thresholds=MappingProxyType(thresholds), **merged)

@@ -10,6 +10,7 @@ tokens plus, per image, the ids its placeholder expands into beyond the one the 
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -18,14 +19,26 @@ from itertools import islice
 from typing import Any
 
 from vlmlint.config import ScanConfig
-from vlmlint.images import ImageProblem, decode_image, read_header
+from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
 from vlmlint.readers import iter_samples
 from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
-from vlmlint.sample import ImageInfo, ImageRef, Message, RowResult, Sample
+from vlmlint.sample import IMAGE_PLACEHOLDER, ImageInfo, ImageRef, Message, RowResult, Sample
 
 _IMAGE_CACHE_SIZE = 65536
+# Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
+FOREIGN_IMAGE_TOKENS = frozenset(
+    {
+        "<|image|>",
+        "<start_of_image>",
+        "<image_soft_token>",
+        "[IMG]",
+        "<|vision_start|>",
+        "<IMG_CONTEXT>",
+        "<img>",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,43 @@ class _Prepared:
     extra_tokens: int = 0
     count_error: str | None = None
     counts: list[ImageCount] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _RunAt:
+    image: int | None  # which image's expansion the run belongs to
+    char_start: int  # where its one written token starts in the composed text
+    count: int
+
+
+def _special_tokens(tokenizer: Any) -> frozenset[str]:
+    """The tokenizer's special tokens as text (added tokens marked special, and the named ones)."""
+    if tokenizer is None:
+        return frozenset()
+    found = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            found.add(str(token))
+    return frozenset(t for t in found if t)
+
+
+def _token_id(tokenizer: Any, token: str) -> int | None:
+    """The id of one token of the tokenizer's vocabulary (added tokens included), or None."""
+    if tokenizer is None or not token:
+        return None
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or (found == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        return None
+    return int(found)
+
+
+def _foreign_placeholders(family: Any, tokenizer: Any) -> frozenset[str]:
+    """Other families' image tokens that this tokenizer does not know: they stay plain text here."""
+    from vlmlint.models import FAMILIES
+
+    own = _special_tokens(tokenizer) | {family.placeholder, IMAGE_PLACEHOLDER}
+    others = {f.placeholder for f in FAMILIES if f.placeholder} | FOREIGN_IMAGE_TOKENS
+    return frozenset(token for token in others if token not in own)
 
 
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -68,13 +118,22 @@ class Scanner:
         self.config = config
         self.model = model or load_model(config.model, trust_remote_code=config.trust_remote_code)
         self.family = self.model.family
-        self.rules = [rule() for rule in rules]
+        self.rules = [rule() for rule in rules if config.rule_enabled(rule.code)]
         settings = self.model.settings
         self.context = RuleContext(
             max_length=config.max_length or self.model.max_position_embeddings,
             image_placeholder=self.family.placeholder,
             vision_max_positions=getattr(settings, "vision_max_positions", None),
             vision_image_size=getattr(settings, "vision_image_size", None),
+            max_position_embeddings=self.model.max_position_embeddings,
+            truncation_side=config.truncation_side,
+            thresholds=config.thresholds,
+            special_tokens=_special_tokens(self.model.tokenizer),
+            foreign_placeholders=_foreign_placeholders(self.family, self.model.tokenizer),
+            family=self.family.name,
+            image_settings=settings,
+            image_token_id=_token_id(self.model.tokenizer, self.family.placeholder),
+            merge_size=getattr(settings, "merge_size", None),
         )
         self.template = self.model.chat_template if config.use_chat_template else None
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
@@ -87,7 +146,15 @@ class Scanner:
     # -- images -----------------------------------------------------------------------------------
 
     def _header(self, ref: ImageRef) -> ImageInfo:
+        if ref.outside_root and not self.config.allow_outside_root:
+            real = os.path.realpath(ref.path)  # a symlink inside the folder may point out of it
+            where = ref.path if real == ref.path else f"{ref.path} -> {real}"
+            return ImageInfo(
+                reference=ref.reference, error_code="outside", error=f"{where} is outside the dataset folder"
+            )
         try:
+            if ref.url is not None and self.config.allow_remote:
+                ref = replace(ref, data=fetch(ref.url), url=None)
             header = read_header(ref)
         except ImageProblem as problem:
             return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
@@ -97,16 +164,20 @@ class Scanner:
             height=header.height,
             format=header.format,
             mode=header.mode,
+            orientation=header.orientation,
+            animated=header.animated,
+            transparency=header.transparency,
         )
 
     def image_header(self, ref: ImageRef) -> ImageInfo:
         """Header facts about one image; files are cached by path since datasets reuse images."""
-        if ref.path is None:
+        key = ref.path or ref.url
+        if key is None:
             return self._header(ref)
-        cached = self._image_cache.get(ref.path)
+        cached = self._image_cache.get(key)
         if cached is None:
             cached = self._header(ref)
-            self._image_cache[ref.path] = cached
+            self._image_cache[key] = cached
             if len(self._image_cache) > _IMAGE_CACHE_SIZE:
                 self._image_cache.popitem(last=False)
         if cached.reference != ref.reference:
@@ -121,7 +192,13 @@ class Scanner:
             if self.exact:
                 decoded = []
                 for position, ref in enumerate(sample.images):
+                    info = headers[position]
+                    if info.width * info.height > self.config.thresholds["bomb_pixels"]:
+                        refused = replace(info, error_code="bomb", error="not decoded: above the pixel limit")
+                        return headers[:position] + (refused,) + headers[position + 1 :], None
                     try:
+                        if ref.url is not None and self.config.allow_remote:
+                            ref = replace(ref, data=fetch(ref.url), url=None)
                         decoded.append(decode_image(ref))
                     except ImageProblem as problem:  # a full decode finds what the header could not
                         failed = replace(headers[position], error_code=problem.kind, error=problem.message)
@@ -138,10 +215,20 @@ class Scanner:
                 resized_height=count.resized_height,
                 grid=count.grid,
                 tokens=count.tokens,
+                tokens_without_exif=self._unrotated_tokens(info, len(headers)),
             )
             for info, count in zip(headers, counts, strict=True)
         )
         return infos, list(counts)
+
+    def _unrotated_tokens(self, info: ImageInfo, images_in_row: int) -> int | None:
+        """For EXIF orientations 5-8: the count a pipeline that ignores the orientation would get."""
+        if info.orientation not in (5, 6, 7, 8) or not self.family.header_formula:
+            return None
+        try:
+            return self._count(info.width, info.height, images_in_row).tokens  # height and width swapped
+        except CountError:
+            return None
 
     def _rejected(self, info: ImageInfo, exc: CountError) -> ImageInfo:
         """Mark the image(s) the processor refuses; with several, only those the formula refuses alone."""
@@ -178,8 +265,8 @@ class Scanner:
         return prompts[0]
 
     def _prepare(self, sample: Sample) -> _Prepared:
-        if sample.problems:
-            return _Prepared(sample, (), 0)
+        if sample.problems or sample.pretokenized is not None:
+            return _Prepared(sample, (), 0)  # nothing to count: unusable, or the processor already ran
         images = tuple(self.image_header(ref) for ref in sample.images)
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
         counts = None
@@ -210,6 +297,11 @@ class Scanner:
 
     def compose(self, rendered: str, counts: list[ImageCount]) -> tuple[str, int]:
         """The processor's text with every run of one special token written once, and the ids saved."""
+        text, saved, _ = self._compose(rendered, counts)
+        return text, saved
+
+    def _compose(self, rendered: str, counts: list[ImageCount]) -> tuple[str, int, list[_RunAt]]:
+        """compose(), also saying where each image's runs sit in the text (for image spans)."""
         settings = self.model.settings
         expansions = [self.family.expand(count, settings) for count in counts]
         if self.family.compose is not None:
@@ -218,16 +310,54 @@ class Scanner:
             segments = [rendered]
         else:
             segments = compose_default(rendered, self.family.placeholder, expansions)
+        # The runs of each image, in order: composition keeps image i's runs before image i+1's.
+        expected = [
+            (i, seg)
+            for i, expansion in enumerate(expansions)
+            for seg in expansion
+            if isinstance(seg, Run) and seg.count
+        ]
         pieces: list[str] = []
+        runs: list[_RunAt] = []
         saved = 0
+        length = 0
         for segment in segments:
             if isinstance(segment, Run):
                 if segment.count:
+                    image = None
+                    if len(runs) < len(expected) and expected[len(runs)][1] == segment:
+                        image = expected[len(runs)][0]
+                    runs.append(_RunAt(image, length, segment.count))
                     pieces.append(segment.token)
+                    length += len(segment.token)
                     saved += segment.count - 1
             else:
                 pieces.append(segment)
-        return "".join(pieces), saved
+                length += len(segment)
+        return "".join(pieces), saved, runs
+
+    def image_spans(self, prepared: _Prepared) -> tuple[tuple[int, int], ...] | None:
+        """Each image's [first, last + 1) token positions in input_ids (from its first to last run)."""
+        rendered = self.render(prepared.sample.messages)
+        text, _, runs = self._compose(rendered, prepared.counts)
+        encoding = self.model.tokenizer(
+            text, add_special_tokens=self.family.add_special_tokens, return_offsets_mapping=True
+        )
+        starts = {
+            start: index for index, (start, end) in enumerate(encoding["offset_mapping"]) if end > start
+        }
+        spans: dict[int, list[int]] = {}
+        extra = 0
+        for run in runs:
+            token = starts.get(run.char_start)
+            if token is None:
+                return None  # offsets this tokenizer does not report: no spans rather than wrong ones
+            first = token + extra
+            extra += run.count - 1
+            if run.image is not None:
+                span = spans.setdefault(run.image, [first, first + run.count])
+                span[1] = first + run.count
+        return tuple(tuple(spans[i]) for i in sorted(spans))
 
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
@@ -246,6 +376,15 @@ class Scanner:
             text_tokens = seq_len
             if self.family.placeholder:  # a plain encoder's image tokens are not in the text sequence
                 text_tokens -= sum(info.tokens or 0 for info in prepared.images)
+        spans = max_position = None
+        if seq_len is not None:
+            limit = self.context.max_length
+            if limit is not None and seq_len > limit and prepared.counts and self.family.placeholder:
+                spans = self.image_spans(prepared)
+            if self.family.position_span is not None:
+                settings = self.model.settings
+                taken = sum(self.family.position_span(count, settings) for count in prepared.counts)
+                max_position = seq_len - sum(count.tokens for count in prepared.counts) + taken - 1
         return RowResult(
             sample=prepared.sample,
             images=prepared.images,
@@ -253,12 +392,17 @@ class Scanner:
             text_tokens=text_tokens,
             seq_len=seq_len,
             count_error=prepared.count_error,
+            image_spans=spans,
+            max_position_id=max_position,
         )
 
     def check(self, result: RowResult) -> tuple[Finding, ...]:
         return tuple(finding for rule in self.rules for finding in rule.check(result, self.context))
 
     def scan_samples(self, samples: Iterable[Sample]) -> Iterator[RowOutcome]:
+        """One scan of `samples`: rules that compare rows (duplicate ids) start afresh with each call."""
+        for rule in self.rules:
+            rule.reset()
         iterator = iter(samples)
         while chunk := list(islice(iterator, self.config.batch_size)):
             prepared = [self._prepare(sample) for sample in chunk]

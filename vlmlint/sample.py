@@ -27,6 +27,7 @@ class ImageRef:
     path: str | None = None
     data: bytes | None = field(default=None, repr=False)
     url: str | None = None
+    outside_root: bool = False  # the resolved file (symlinks followed) lies outside the dataset folder
 
     @property
     def kind(self) -> str:
@@ -77,8 +78,11 @@ class Sample:
     images: tuple[ImageRef, ...] = ()
     # True when the layout places the image implicitly (captions, image folders): no placeholder expected.
     implicit_image_placement: bool = False
-    problems: tuple[RowProblem, ...] = ()
+    problems: tuple[RowProblem, ...] = ()  # the row cannot be used: no counts
+    notes: tuple[RowProblem, ...] = ()  # the row is used, but something in it deserves a finding
     fields: tuple[str, ...] = ()
+    # Pre-tokenized rows (processor output stored in the dataset): input_ids, labels, image_grid_thw...
+    pretokenized: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def location(self) -> str:
@@ -100,6 +104,10 @@ class ImageInfo:
     resized_height: int | None = None
     grid: tuple[int, ...] | None = None
     tokens: int | None = None  # image-placeholder token ids this image contributes to input_ids
+    orientation: int = 1  # EXIF orientation; 5-8 swap width and height (already applied above)
+    tokens_without_exif: int | None = None  # the count had the orientation been ignored (5-8 only)
+    animated: bool = False  # several frames: only the first is used
+    transparency: bool = False  # an alpha channel or a transparent palette colour (flattened on convert)
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,13 @@ class RowResult:
     text_tokens: int | None = None
     seq_len: int | None = None
     count_error: str | None = None
+    # Token positions [start, end) in input_ids of each image's image tokens, from its first run to
+    # its last (tile markers between runs included); computed only for rows longer than the length
+    # limit, where a truncation may cut through them. () when the family expands nothing (Mllama).
+    image_spans: tuple[tuple[int, int], ...] | None = None
+    # M-RoPE (Qwen-VL): the largest position id, as Qwen2VLModel.get_rope_index gives it (at most
+    # seq_len - 1, since an image's tokens share positions).
+    max_position_id: int | None = None
 
     @property
     def image_tokens(self) -> list[int | None]:

@@ -303,7 +303,8 @@ def test_vlm403_message_and_fix_carry_the_numbers():
     assert vision_encoder.count(224, 224, exact.settings).tokens == 197
 
 
-def test_long_caption_gets_vlm401_against_the_text_tower(tmp_path):
+def test_long_caption_gets_vlm404_against_the_text_tower(tmp_path):
+    """The text tower's 77 positions are the model's context: VLM404 (VLM401 is for --max-length)."""
     image = tmp_path / "a.png"
     Image.new("RGB", (64, 48)).save(image)
     long_caption = " ".join(["a photo of a cat sitting on a red chair"] * 12)
@@ -311,8 +312,9 @@ def test_long_caption_gets_vlm401_against_the_text_tower(tmp_path):
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     scanner = Scanner(ScanConfig(dataset=str(tmp_path), model=str(CLIP)))
     outcomes = list(scanner.scan())
-    assert [sorted(f.code for f in o.findings) for o in outcomes] == [[], ["VLM401"]]
-    finding = outcomes[1].findings[0]
+    lengths = [[f for f in o.findings if f.code.startswith("VLM4")] for o in outcomes]
+    assert [[f.code for f in found] for found in lengths] == [[], ["VLM404"]]
+    finding = lengths[1][0]
     ids = real_processor(CLIP)(text=[long_caption])["input_ids"][0]
     assert outcomes[1].result.seq_len == len(ids) > 77
     assert f"text length {len(ids)} tokens > the text encoder's 77 positions" in finding.message

@@ -92,3 +92,6 @@ class Family:
     compose: Callable[[str, Sequence[Expansion], Any], list[Segment]] | None = None
     add_special_tokens: bool = True
     header_formula: bool = True  # False: no pure count; every scan decodes pixels (generic fallback)
+    # M-RoPE models: how many text positions one image's tokens take (Qwen: max(t, h/merge, w/merge)).
+    # None: positions advance by one per token.
+    position_span: Callable[[ImageCount, Any], int] | None = None

@@ -109,6 +109,18 @@ def expand(count: ImageCount, settings: QwenSettings) -> Expansion:
     return (Run(PLACEHOLDER, count.tokens),)
 
 
+def position_span(count: ImageCount, settings: QwenSettings) -> int:
+    """How far one image moves the M-RoPE position, as get_rope_index does for images (transformers 5.24.0).
+
+    Qwen2VLModel.get_rope_index (and the Qwen2.5-VL / Qwen3-VL copies) gives an image's tokens the
+    positions start + (t, h, w) on its (grid_t, grid_h/merge, grid_w/merge) grid, then moves the next
+    text position on by max(grid_h, grid_w) // merge. An image has grid_t = 1, so this is also
+    max(t, h/merge, w/merge), the image's largest position minus its start, plus one.
+    """
+    _, grid_h, grid_w = count.grid
+    return max(grid_h, grid_w) // settings.merge_size
+
+
 FAMILY = Family(
     name="qwen-vl",
     title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
@@ -120,4 +132,5 @@ FAMILY = Family(
     count=count,
     count_exact=count_exact,
     expand=expand,
+    position_span=position_span,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 from vlmlint.sample import IMAGE_PLACEHOLDER, ImageRef, Message, Part, Role, RowProblem, Sample
 
-LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions")
+LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions", "pretokenized")
 
 _ROLE_ALIASES = {
     "human": Role.USER,
@@ -35,6 +35,8 @@ class RowError(ValueError):
 
 def detect_layout(row: Mapping[str, Any]) -> str | None:
     """Name the layout a row is written in, or None when no known layout fits its fields."""
+    if "input_ids" in row:
+        return "pretokenized"  # processor output stored in the dataset, whatever else the row holds
     if "messages" in row or "conversations" in row:
         turns = row.get("messages", row.get("conversations"))
         if isinstance(turns, list) and any(
@@ -56,6 +58,7 @@ class ImageResolver:
 
     def __init__(self, base_dir: str, image_root: str | None = None):
         self.base_dir = os.path.abspath(image_root or base_dir)
+        self.real_root = os.path.realpath(self.base_dir)
 
     def __call__(self, value: Any) -> ImageRef:
         if isinstance(value, Mapping):
@@ -78,8 +81,15 @@ class ImageResolver:
                 raise RowError(f"image data URI is not valid base64: {exc}") from None
         if value.startswith("file://"):
             value = value[len("file://") :]
-        path = value if os.path.isabs(value) else os.path.join(self.base_dir, value)
-        return ImageRef(reference=value, path=os.path.normpath(path))
+        if "\0" in value:
+            raise RowError(f"image path contains a NUL character: {_short(value)}")
+        path = os.path.normpath(value if os.path.isabs(value) else os.path.join(self.base_dir, value))
+        return ImageRef(reference=value, path=path, outside_root=not self._inside(path))
+
+    def _inside(self, path: str) -> bool:
+        """Whether the file, with every symlink followed, stays under the dataset folder."""
+        real = os.path.realpath(path)
+        return real == self.real_root or real.startswith(self.real_root + os.sep)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -244,6 +254,83 @@ def parse_captions(
     return messages, (resolve(image),)
 
 
+# Pre-tokenized rows: the per-token fields, each as long as input_ids (VLM503).
+TOKEN_FIELDS = ("input_ids", "attention_mask", "labels", "mm_token_type_ids", "token_type_ids")
+
+
+def array_shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a nested list (or numpy array); None when it is ragged."""
+    if not isinstance(value, (list, tuple)) and hasattr(value, "shape"):
+        return tuple(int(n) for n in value.shape)
+    shape: list[int] = []
+    level = [value]
+    while level and all(isinstance(item, (list, tuple)) for item in level):
+        size = len(level[0])
+        if any(len(item) != size for item in level):
+            return None
+        shape.append(size)
+        level = [inner for item in level for inner in item]
+    if any(isinstance(item, (list, tuple)) for item in level):
+        return None  # lists and scalars mixed at one depth
+    return tuple(shape)
+
+
+def _as_list(value: Any) -> Any:
+    return value.tolist() if not isinstance(value, (list, tuple)) and hasattr(value, "tolist") else value
+
+
+def _token_list(value: Any, key: str) -> list[int]:
+    value = _as_list(value)
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], (list, tuple)):
+        value = value[0]  # stored with its batch dimension of 1
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
+        raise RowError(f'"{key}" must be a list of integers, got {_short(value)}')
+    return [int(v) for v in value]
+
+
+def parse_pretokenized(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The processor output a row stores, checked for type; pixel_values is kept as its shape only.
+
+    Keys: the per-token fields present (TOKEN_FIELDS, batch dimension of 1 removed),
+    position_ids and position_ids_shape, image_grid_thw ([t, h, w] per image) and
+    pixel_values_shape (from pixel_values, or a stored "pixel_values_shape").
+    """
+    found: dict[str, Any] = {
+        key: _token_list(row[key], key) for key in TOKEN_FIELDS if row.get(key) is not None
+    }
+    if "input_ids" not in found:
+        raise RowError('missing "input_ids"')
+    if not found["input_ids"]:
+        raise RowError('"input_ids" is empty')
+    if row.get("position_ids") is not None:
+        positions = _as_list(row["position_ids"])
+        shape = array_shape(positions)
+        if shape is None or not shape:
+            raise RowError(f'"position_ids" is not a rectangular array of integers: {_short(positions)}')
+        found["position_ids"], found["position_ids_shape"] = positions, shape
+    if row.get("image_grid_thw") is not None:
+        grids = _as_list(row["image_grid_thw"])
+        if isinstance(grids, (list, tuple)) and len(grids) == 3 and all(isinstance(v, int) for v in grids):
+            grids = [grids]  # one image's [t, h, w]
+        if not isinstance(grids, (list, tuple)) or not all(
+            isinstance(g, (list, tuple)) and len(g) == 3 and all(isinstance(v, int) and v > 0 for v in g)
+            for g in grids
+        ):
+            raise RowError(f'"image_grid_thw" must be a list of [t, h, w] per image, got {_short(grids)}')
+        found["image_grid_thw"] = [tuple(int(v) for v in g) for g in grids]
+    if row.get("pixel_values") is not None:
+        shape = array_shape(_as_list(row["pixel_values"]))
+        if shape is None:
+            raise RowError('"pixel_values" is ragged: its rows differ in length')
+        found["pixel_values_shape"] = shape
+    elif row.get("pixel_values_shape") is not None:
+        shape = _as_list(row["pixel_values_shape"])
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(v, int) and v >= 0 for v in shape):
+            raise RowError(f'"pixel_values_shape" must be a list of sizes, got {_short(shape)}')
+        found["pixel_values_shape"] = tuple(shape)
+    return found
+
+
 PARSERS: dict[
     str, Callable[[Mapping[str, Any], ImageResolver], tuple[tuple[Message, ...], tuple[ImageRef, ...]]]
 ] = {
@@ -255,6 +342,34 @@ PARSERS: dict[
 }
 
 
+# What each layout is recognised by, for the message of a row that fits none (VLM102).
+LAYOUT_FIELDS = {
+    "llava": '"conversations" (+ "image")',
+    "sharegpt": '"messages" or "conversations" (+ "images")',
+    "openai": '"messages" with typed content parts',
+    "alpaca": '"instruction" and "output" (+ "input", "images")',
+    "captions": '"image" or "file_name", and "text" or "caption"',
+    "pretokenized": '"input_ids" (+ "attention_mask", "labels", "position_ids", "image_grid_thw"...)',
+}
+_JSON_TYPES = {"list": "array", "str": "string", "int": "number", "float": "number", "bool": "boolean"}
+
+
+def _unknown_layout(fields: tuple[str, ...], detail: str = "") -> RowProblem:
+    known = "; ".join(f"{name}: {needs}" for name, needs in LAYOUT_FIELDS.items())
+    return RowProblem(
+        "VLM102", f"no known layout fits this row's fields {sorted(fields)}{detail}; layouts: {known}"
+    )
+
+
+def _list_notes(row: Mapping[str, Any], layout: str) -> tuple[RowProblem, ...]:
+    """VLM106: "images" given as one string or object where the layout expects a list."""
+    value = row.get("images")
+    if layout not in ("sharegpt", "openai", "alpaca") or not isinstance(value, (str, Mapping)):
+        return ()
+    kind = "a string" if isinstance(value, str) else "an object"
+    return (RowProblem("VLM106", f'"images" is {kind}, not a list: {_short(value)} (read as one image)'),)
+
+
 def row_to_sample(
     row: Any,
     *,
@@ -263,14 +378,21 @@ def row_to_sample(
     source: str,
     index: int,
     line: int | None = None,
+    from_first_row: bool = False,
 ) -> Sample:
-    """Parse one decoded row; anything wrong with it becomes a RowProblem on the sample."""
+    """Parse one decoded row; anything wrong with it becomes a RowProblem on the sample.
+
+    `layout` is forced, or (`from_first_row`) the one detected from the file's first object. A row
+    whose fields fit no layout at all is VLM102, unless the layout was forced: then, like a row that
+    fits another layout than its file's, it is VLM101 naming the field its layout lacks.
+    """
     if not isinstance(row, Mapping):
+        kind = _JSON_TYPES.get(type(row).__name__, "null" if row is None else type(row).__name__)
         return Sample(
             source=source,
             index=index,
             line=line,
-            problems=(RowProblem("VLM101", f"row is a JSON {type(row).__name__}, not an object"),),
+            problems=(RowProblem("VLM101", f"row is a JSON {kind}, not an object"),),
         )
     fields = tuple(str(k) for k in row)
     raw_id = row.get("id", row.get("uid"))
@@ -278,12 +400,20 @@ def row_to_sample(
     base = dict(source=source, index=index, line=line, id=row_id, fields=fields)
     chosen = layout or detect_layout(row)
     if chosen is None:
-        return Sample(
-            **base,
-            problems=(RowProblem("VLM101", f"no known layout fits this row's fields: {sorted(fields)}"),),
-        )
+        return Sample(**base, problems=(_unknown_layout(fields),))
+    if chosen == "pretokenized":
+        try:
+            return Sample(**base, layout=chosen, pretokenized=parse_pretokenized(row))
+        except RowError as exc:
+            if from_first_row and detect_layout(row) is None:
+                problem = _unknown_layout(fields, f" (this file's rows are {chosen}: {exc})")
+                return Sample(**base, problems=(problem,))
+            return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {exc}"),))
     try:
         messages, images = PARSERS[chosen](row, resolve)
     except RowError as exc:
+        if from_first_row and detect_layout(row) is None:
+            problem = _unknown_layout(fields, f" (this file's rows are {chosen}: {exc})")
+            return Sample(**base, problems=(problem,))
         return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {exc}"),))
-    return Sample(**base, layout=chosen, messages=messages, images=images)
+    return Sample(**base, layout=chosen, messages=messages, images=images, notes=_list_notes(row, chosen))

@@ -21,6 +21,7 @@ class _FileLayout:
 
     def __init__(self, forced: str | None):
         self.value = forced
+        self.detected = forced is None  # rows fitting no layout at all are then VLM102, not VLM101
 
     def for_row(self, row: Any) -> str | None:
         if self.value is None and isinstance(row, dict):
@@ -54,6 +55,7 @@ def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source:
                     source=source,
                     index=index,
                     line=line_number,
+                    from_first_row=file_layout.detected,
                 )
             index += 1
 
@@ -80,7 +82,12 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
         try:
             for row in ijson.items(handle, "item", use_float=True):
                 yield row_to_sample(
-                    row, layout=file_layout.for_row(row), resolve=resolve, source=source, index=index
+                    row,
+                    layout=file_layout.for_row(row),
+                    resolve=resolve,
+                    source=source,
+                    index=index,
+                    from_first_row=file_layout.detected,
                 )
                 index += 1
         except ijson.JSONError as exc:

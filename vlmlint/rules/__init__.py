@@ -3,22 +3,83 @@
 from __future__ import annotations
 
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.rules.images import ExtremeAspectRatio, UnreadableImage
+from vlmlint.rules.content import NothingToTrain
+from vlmlint.rules.images import (
+    AnimatedImage,
+    DecompressionBomb,
+    ExifRotated,
+    ExtremeAspectRatio,
+    HeavyResize,
+    TinyImage,
+    UnreadableImage,
+    UnusualMode,
+)
 from vlmlint.rules.internal import CountDisagreement
-from vlmlint.rules.lengths import SequenceTooLong, VisionPositionOverflow
-from vlmlint.rules.placeholders import PlaceholderCountMismatch
-from vlmlint.rules.rows import MalformedRow, MissingImage, ProcessorRejectsRow, RemoteImage
+from vlmlint.rules.lengths import (
+    ExceedsModelContext,
+    ImageTokenBudget,
+    NearLimit,
+    SequenceTooLong,
+    TruncationCutsImage,
+    VisionPositionOverflow,
+)
+from vlmlint.rules.placeholders import (
+    ForeignPlaceholder,
+    PlaceholderCountMismatch,
+    PlaceholderInAnswer,
+    PreExpandedTokens,
+    SpecialTokenInText,
+)
+from vlmlint.rules.pretokenized import (
+    GridPixelMismatch,
+    ImageTokenFeatureMismatch,
+    LengthMismatch,
+    PositionIdsShape,
+)
+from vlmlint.rules.rows import (
+    DuplicateId,
+    ImageFieldNotList,
+    ImageOutsideRoot,
+    MalformedRow,
+    MissingImage,
+    ProcessorRejectsRow,
+    RemoteImage,
+    UnknownLayout,
+)
 
 ALL_RULES: tuple[type[Rule], ...] = (
     MalformedRow,
+    UnknownLayout,
     MissingImage,
+    ImageOutsideRoot,
     RemoteImage,
+    ImageFieldNotList,
+    DuplicateId,
     ProcessorRejectsRow,
     UnreadableImage,
+    DecompressionBomb,
     ExtremeAspectRatio,
+    TinyImage,
+    ExifRotated,
+    UnusualMode,
+    AnimatedImage,
+    HeavyResize,
     PlaceholderCountMismatch,
+    PreExpandedTokens,
+    PlaceholderInAnswer,
+    SpecialTokenInText,
+    ForeignPlaceholder,
     SequenceTooLong,
+    TruncationCutsImage,
     VisionPositionOverflow,
+    ExceedsModelContext,
+    NearLimit,
+    ImageTokenBudget,
+    NothingToTrain,
+    ImageTokenFeatureMismatch,
+    PositionIdsShape,
+    LengthMismatch,
+    GridPixelMismatch,
     CountDisagreement,
 )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar
 
@@ -54,13 +54,26 @@ class Finding:
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What rules may know beyond the row: limits and the model's vocabulary of placeholders."""
+    """What rules may know beyond the row: limits, thresholds and the model's vocabulary."""
 
-    max_length: int | None
+    max_length: int | None  # the training length limit (--max-length, else the model's context)
     image_placeholder: str  # what the model's template expands, e.g. <|image_pad|>; "" for plain encoders
     # Plain vision encoders (ViT/CLIP/SigLIP): the position table of the vision model and its input side.
     vision_max_positions: int | None = None
     vision_image_size: int | None = None
+    max_position_embeddings: int | None = None  # the text model's context (config.json)
+    truncation_side: str = "right"
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    special_tokens: frozenset[str] = frozenset()  # the tokenizer's special tokens, as text
+    foreign_placeholders: frozenset[str] = frozenset()  # other families' image tokens, not special here
+    family: str = ""
+    # The family's image settings record (e.g. QwenSettings: factor, min_pixels, max_pixels, do_resize),
+    # for fix hints that name a concrete setting; None when the model has none.
+    image_settings: object | None = None
+    # Pre-tokenized rows: the id of image_placeholder in the tokenizer, and (Qwen-VL) the patches merged
+    # per side into one image token (features = t*h*w / merge_size^2).
+    image_token_id: int | None = None
+    merge_size: int | None = None
 
 
 class Rule:
@@ -93,6 +106,9 @@ class Rule:
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget what was seen in earlier rows (rules that compare rows, e.g. duplicate ids)."""
 
     def finding(self, row: RowResult, message: str, fix: str) -> Finding:
         sample = row.sample

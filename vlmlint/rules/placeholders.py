@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import RowResult
+from vlmlint.sample import IMAGE_PLACEHOLDER, Message, Role, RowResult, Sample
 
 
 def _ordinal(n: int) -> str:
@@ -52,4 +53,285 @@ class PlaceholderCountMismatch(Rule):
                 row,
                 row.count_error.removeprefix("placeholder:").strip(),
                 f"remove literal {context.image_placeholder} tokens from the text; write <image> once per image",
+            )
+
+
+# -- text scans ---------------------------------------------------------------------------------------
+# Each scanning rule builds its token finder once per RuleContext (i.e. per Scanner), never per row.
+
+
+def _markup(token: str) -> bool:
+    """Whether a special token looks like markup (<...> or [...]); others (e.g. a pad token "!") are
+    ordinary characters that plain text holds everywhere, so they are not searched for."""
+    return len(token) >= 3 and token[0] in "<[" and token[-1] in ">]" and not any(c.isspace() for c in token)
+
+
+class _TokenFinder:
+    """Finds any of a fixed set of tokens in text, longest first.
+
+    One compiled regex per leading character: an alternation whose branches share a literal prefix
+    lets `re` jump from one "<" to the next, which a mixed alternation ("<...|[...") cannot.
+    """
+
+    def __init__(self, tokens: Iterable[str]):
+        groups: dict[str, list[str]] = {}
+        for token in tokens:
+            if token:
+                groups.setdefault(token[0], []).append(token)
+        self.patterns = tuple(
+            re.compile("|".join(re.escape(t) for t in sorted(group, key=lambda t: (-len(t), t))))
+            for _, group in sorted(groups.items())
+        )
+
+    def finditer(self, text: str) -> list[re.Match[str]]:
+        if len(self.patterns) == 1:
+            return list(self.patterns[0].finditer(text))
+        return sorted((m for p in self.patterns for m in p.finditer(text)), key=lambda m: m.start())
+
+
+class _PerContext:
+    """Builds a value once per RuleContext (the scanner's), e.g. a token finder, and keeps it."""
+
+    def __init__(self, build: Callable[[RuleContext], _TokenFinder]):
+        self._build = build
+        self._context: RuleContext | None = None
+        self._value: _TokenFinder | None = None
+
+    def get(self, context: RuleContext) -> _TokenFinder:
+        if context is not self._context or self._value is None:
+            self._value = self._build(context)
+            self._context = context
+        return self._value
+
+
+def _turn_label(position: int, message: Message) -> str:
+    return f"turn {position} ({message.role.value})"
+
+
+def _token_counts(finder: _TokenFinder, sample: Sample) -> dict[str, tuple[int, list[int]]]:
+    """token -> (occurrences in the row's text, the turns that hold it), in order of first occurrence."""
+    found: dict[str, tuple[int, list[int]]] = {}
+    for position, message in enumerate(sample.messages):
+        for part in message.parts:
+            if part.is_image or not part.text:
+                continue
+            for match in finder.finditer(part.text):
+                count, turns = found.get(match.group(0), (0, []))
+                if not turns or turns[-1] != position:
+                    turns.append(position)
+                found[match.group(0)] = (count + 1, turns)
+    return found
+
+
+def _turns(turns: list[int]) -> str:
+    return ("turn " if len(turns) == 1 else "turns ") + ", ".join(str(t) for t in turns)
+
+
+def _token_runs(finder: _TokenFinder, text: str) -> Iterator[tuple[str, int]]:
+    """(token, copies) for each run of adjacent copies of one token, whitespace between allowed."""
+    token, length, end = None, 0, 0
+    for match in finder.finditer(text):
+        if match.group(0) == token and (match.start() == end or text[end : match.start()].isspace()):
+            length += 1
+        else:
+            if token is not None:
+                yield token, length
+            token, length = match.group(0), 1
+        end = match.end()
+    if token is not None:
+        yield token, length
+
+
+def _image_tokens(context: RuleContext) -> _TokenFinder:
+    """Every token an expansion is made of: image tokens of all families, and this tokenizer's specials."""
+    tokens = {IMAGE_PLACEHOLDER, *context.foreign_placeholders}
+    tokens |= {t for t in context.special_tokens if _markup(t)}
+    if context.image_placeholder:
+        tokens.add(context.image_placeholder)
+    return _TokenFinder(tokens)
+
+
+class PreExpandedTokens(Rule):
+    """The text already holds expanded image tokens: a long run of one image token from an earlier processor run.
+
+    **Why** The processor expands each placeholder again, so a stale run of hundreds of
+    `<|image_pad|>` (or `<image>`, `<image_soft_token>`, `<IMG_CONTEXT>`, ...) no longer matches the
+    image's features: "Image features and image tokens do not match" (vLLM #7996), or an off-by-one
+    from a different resize (dots.ocr #126: 462 tokens vs 463 features). A run of the dataset's
+    `<image>` counts only when the row has more `<image>` than images; N images written as N
+    adjacent `<image>` are fine.
+
+    **Example** `{"image": "a.jpg", "conversations": [{"from": "human", "value":
+    "<image><image>...<image>\\nDescribe."}, ...]}` with 576 `<image>` (LLaVA-1.5's expansion) for
+    one image, or a Qwen row whose text holds `<|vision_start|><|image_pad|>`x64`<|vision_end|>`.
+    Runs are counted from `thresholds.pre_expanded_run` (default 8) adjacent copies of one token,
+    whitespace between them allowed.
+
+    **Fix** Replace each run with a single `<image>` (the processor expands it), i.e. store the
+    dataset text from before the processor ran.
+    """
+
+    code = "VLM302"
+    name = "pre-expanded-tokens"
+    severity = Severity.ERROR
+
+    def __init__(self) -> None:
+        self._finder = _PerContext(_image_tokens)
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        sample = row.sample
+        if sample.problems:
+            return
+        finder = self._finder.get(context)
+        least = max(int(context.thresholds["pre_expanded_run"]), 1)
+        runs: list[tuple[int, Message, str, int]] = []  # turn, message, token, length
+        surplus = row.placeholders > len(sample.images)
+        for position, message in enumerate(sample.messages):
+            length = 0  # adjacent image parts (the dataset's <image>), whitespace between allowed
+            for part in (*message.parts, None):
+                if part is not None and part.is_image:
+                    length += 1
+                elif part is None or part.text.strip():
+                    if surplus and length >= least:
+                        runs.append((position, message, IMAGE_PLACEHOLDER, length))
+                    length = 0
+                if part is not None and not part.is_image and part.text:
+                    for token, copies in _token_runs(finder, part.text):
+                        if copies >= least:
+                            runs.append((position, message, token, copies))
+        if not runs:
+            return
+        grouped: dict[tuple[int, str], tuple[Message, list[int]]] = {}
+        for position, message, token, length in runs:
+            grouped.setdefault((position, token), (message, []))[1].append(length)
+        where, fixes = [], []
+        for (position, token), (message, lengths) in grouped.items():
+            if len(lengths) == 1:
+                where.append(f"{_turn_label(position, message)} holds a run of {lengths[0]} {token}")
+                fixes.append(f"replace the run of {lengths[0]} {token} in turn {position} with one <image>")
+            else:
+                where.append(
+                    f"{_turn_label(position, message)} holds {len(lengths)} runs of {token} "
+                    f"({sum(lengths)} in all, longest {max(lengths)})"
+                )
+                fixes.append(
+                    f"replace the {len(lengths)} runs of {token} in turn {position} with one <image>"
+                )
+        yield self.finding(
+            row,
+            f"text already expanded by an earlier processor run: {'; '.join(where)} "
+            f"(the row has {len(sample.images)} image(s))",
+            "; ".join(fixes) + " (the processor expands it)",
+        )
+
+
+class PlaceholderInAnswer(Rule):
+    """An image placeholder sits inside an assistant turn.
+
+    **Why** The processor pairs placeholders with images in order wherever they are, so the image
+    is put into the answer: its hundreds of image tokens land in the loss span as labels the model
+    is trained to "produce", and the user turn that should show it has no image (LLaMA-Factory
+    #8440: a literal `<image>` in an answer was counted as an image). Templates that render only the
+    text of assistant turns drop it instead, and the processor raises on the count mismatch. Either
+    way the row crashes or silently trains on the wrong thing, hence an error.
+
+    **Example** `{"image": ["a.jpg", "b.jpg"], "conversations": [{"from": "human", "value":
+    "<image>\\nWhat is this?"}, {"from": "gpt", "value": "A cat, like <image>."}]}`
+
+    **Fix** Move the `<image>` into the user turn that asks about it; if the answer means the word,
+    write it without angle brackets (e.g. "image").
+    """
+
+    code = "VLM303"
+    name = "placeholder-in-answer"
+    severity = Severity.ERROR
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        seen = 0  # image parts before this turn: the k-th part takes the k-th image
+        for position, message in enumerate(row.sample.messages):
+            ordinals = [seen + k for k, part in enumerate(p for p in message.parts if p.is_image)]
+            seen += len(ordinals)
+            if message.role is not Role.ASSISTANT or not ordinals:
+                continue
+            which = ", ".join(_ordinal(n + 1) for n in ordinals)
+            yield self.finding(
+                row,
+                f"assistant turn {position} holds {len(ordinals)} image placeholder(s): "
+                f"the row's {which} image would be placed in the answer",
+                f"move the <image> from assistant turn {position} into the user turn before it, "
+                "or write the word without angle brackets",
+            )
+
+
+def _special_tokens(context: RuleContext) -> _TokenFinder:
+    return _TokenFinder({t for t in context.special_tokens if _markup(t)} - {IMAGE_PLACEHOLDER})
+
+
+class SpecialTokenInText(Rule):
+    """A reserved token of the model's tokenizer is written literally in the row's text.
+
+    **Why** The tokenizer reads `<|im_start|>`, `<|vision_start|>`, `<start_of_image>`, `<s>`, ...
+    as one control token, not as text: it fakes turn boundaries or image markers, breaks the chat
+    template's structure and the placeholder accounting (a literal `<|image_pad|>` is one more image
+    token than the images have features for), and under assistant-only loss can shift the masked span.
+
+    **Example** A Qwen2-VL row `{"from": "human", "value": "<|vision_start|><image><|vision_end|>
+    What is this?"}` (text copied from an already rendered prompt). The dataset's own `<image>`
+    placeholder is not reported; each token is reported once per row with its count.
+
+    **Fix** Remove the token from the text: the chat template writes the turn markers and the
+    processor writes the image tokens around each `<image>`.
+    """
+
+    code = "VLM304"
+    name = "special-token-in-text"
+    severity = Severity.ERROR
+
+    def __init__(self) -> None:
+        self._finder = _PerContext(_special_tokens)
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        for token, (count, turns) in _token_counts(self._finder.get(context), row.sample).items():
+            yield self.finding(
+                row,
+                f"special token {token} written {count} time(s) in the text ({_turns(turns)}); "
+                "the tokenizer reads it as a control token",
+                f"remove the {count} literal {token} from {_turns(turns)}; the template and processor write "
+                "control tokens (write <image> where an image goes)",
+            )
+
+
+def _foreign_tokens(context: RuleContext) -> _TokenFinder:
+    return _TokenFinder(set(context.foreign_placeholders) - {IMAGE_PLACEHOLDER})
+
+
+class ForeignPlaceholder(Rule):
+    """Another model family's image token is in the text; this model's tokenizer reads it as plain text.
+
+    **Why** A dataset prepared for one family and trained on another keeps that family's image
+    token (`<|image|>` Llama 3.2 Vision, `<start_of_image>` Gemma 3, `[IMG]` Pixtral, `<IMG_CONTEXT>`
+    InternVL, `<|image_pad|>` Qwen-VL...). Here it is a few ordinary subword tokens: no image goes
+    there, and the model learns to read or write the string itself.
+
+    **Example** `{"images": ["a.jpg"], "messages": [{"role": "user", "content": "<|image|>Describe
+    this."}, ...]}` scanned for Qwen2-VL.
+
+    **Fix** Replace the foreign token with `<image>` where an image goes (one per image), or remove it.
+    """
+
+    code = "VLM305"
+    name = "foreign-placeholder"
+    severity = Severity.WARNING
+
+    def __init__(self) -> None:
+        self._finder = _PerContext(_foreign_tokens)
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        family = context.family or "this model"
+        for token, (count, turns) in _token_counts(self._finder.get(context), row.sample).items():
+            yield self.finding(
+                row,
+                f"{token} written {count} time(s) ({_turns(turns)}): another family's image token, "
+                f"plain text for {family}",
+                f"replace {token} with <image> where an image goes, or remove it from {_turns(turns)}",
             )

@@ -9,15 +9,19 @@ from vlmlint.sample import RowResult
 
 
 class MalformedRow(Rule):
-    """The row is not valid JSON, not an object, or lacks the fields of its layout.
+    """The row is not valid JSON, not an object, lacks its layout's fields, or its chat template refuses it.
 
     **Why** A row the loader cannot parse either crashes the data loader mid-run or is dropped
-    silently by a lenient one; either way it never trains.
+    silently by a lenient one; either way it never trains. The same holds for a row whose turns the
+    model's chat template rejects (e.g. "Conversation roles must alternate user/assistant").
 
     **Example** `{"id": "7", "image": "a.jpg", "conversations": "<image> hi"}`: conversations is a
-    string, not a list of turns.
+    string, not a list of turns. Also: a line that is not JSON (`{"id": "8", "image": `), a line
+    that is a JSON array, a turn whose `value` is a number, a row that does not fit a layout forced
+    with `--layout`, two user turns in a row for a template that requires alternation.
 
-    **Fix** Repair the row so it matches its file's layout (the message names the field), or remove it.
+    **Fix** Repair the row so it matches its file's layout (the message names the field and its
+    position), or remove it. A row whose fields fit no layout at all is VLM102.
     """
 
     code = "VLM101"
@@ -34,6 +38,36 @@ class MalformedRow(Rule):
                 row.count_error.removeprefix("template:").strip(),
                 "fix the turn order or roles the template expects (e.g. user/assistant alternating)",
             )
+
+
+class UnknownLayout(Rule):
+    """The row's fields fit none of the layouts vlmlint (and the common trainers) read.
+
+    **Why** A trainer's loader looks the conversation up by field name: a row without those fields
+    raises KeyError mid-run, or trains as an empty sample. It usually means a renamed or misspelt
+    field (`conversation` for `conversations`), or a row from another dataset mixed in.
+
+    **Example** `{"id": "9", "img": "a.jpg", "dialog": [...]}` in a LLaVA file: neither
+    `conversations`, `messages`, `instruction`/`output` nor `image`/`text` is present. The message
+    lists the fields seen and the fields each layout is recognised by.
+
+    **Fix** Rename the fields to one layout's (e.g. LLaVA: `"image"` and `"conversations"`), or
+    remove the row. With `--layout`, a row that does not fit the forced layout is VLM101 instead.
+    """
+
+    code = "VLM102"
+    name = "unknown-layout"
+    severity = Severity.ERROR
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        for problem in row.sample.problems:
+            if problem.code == self.code:
+                yield self.finding(
+                    row,
+                    problem.message,
+                    'rename the fields to one layout\'s (e.g. llava: "image" + "conversations"), '
+                    "or remove the row",
+                )
 
 
 class MissingImage(Rule):
@@ -63,15 +97,46 @@ class MissingImage(Rule):
                 )
 
 
+class ImageOutsideRoot(Rule):
+    """An image path leaves the dataset folder (`..`, an absolute path, or a symlink pointing out); it is not read.
+
+    **Why** A manifest decides which files the linter (and a training job) opens: `../../etc/...`
+    or a symlink out of the folder reads files the dataset does not own, and the data stops being
+    self-contained, so a copy of the folder (to a cluster, to the hub) loses those images.
+
+    **Example** `{"image": "../shared/cat.jpg", ...}`, `{"image": "/home/me/cat.jpg", ...}`, or
+    `images/cat.jpg` being a symlink to `/mnt/photos/cat.jpg`. The folder is the manifest's, or
+    --image-root when given. A symlink that stays inside the folder is fine.
+
+    **Fix** Copy the image into the dataset folder and reference it by a relative path, pass
+    --image-root with a folder that contains every image, or pass --allow-outside-root to read it.
+    """
+
+    code = "VLM104"
+    name = "image-outside-root"
+    severity = Severity.ERROR
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        for position, info in enumerate(row.images, start=1):
+            if info.error_code == "outside":
+                yield self.finding(
+                    row,
+                    f"image {position} ({info.reference}) is not read: {info.error}",
+                    "copy the image into the dataset folder, pass --image-root with a folder that "
+                    "holds it, or pass --allow-outside-root",
+                )
+
+
 class RemoteImage(Rule):
-    """An image is a URL: vlmlint does not fetch it, so the row's counts are unknown.
+    """An image is a URL: it is not fetched unless --allow-remote, so the row's counts are unknown.
 
     **Why** Training-time fetches fail, time out or return different bytes than the ones the data
     was checked with; and without the image the row's token count cannot be known.
 
     **Example** `{"image": "https://example.com/cat.jpg", ...}`
 
-    **Fix** Download the images next to the manifest and point the rows at the local files.
+    **Fix** Download the images next to the manifest and point the rows at the local files, or pass
+    --allow-remote to fetch them for the scan.
     """
 
     code = "VLM105"
@@ -83,9 +148,85 @@ class RemoteImage(Rule):
             if info.error_code == "remote":
                 yield self.finding(
                     row,
-                    f"image {position} is a URL and was not fetched: {info.reference}",
-                    "download the image and reference the local file",
+                    f"image {position} is a URL, not fetched unless --allow-remote: {info.reference}",
+                    "download the image and reference the local file, or pass --allow-remote",
                 )
+
+
+class ImageFieldNotList(Rule):
+    """A ShareGPT/LLaMA-Factory, OpenAI or Alpaca row gives `images` as one string or object, not a list.
+
+    **Why** These layouts define `images` as a list. vlmlint reads a lone value as one image, but
+    a loader that iterates the field takes a string character by character: LLaMA-Factory then
+    sees 9 "images" for `"test1.jpg"` and stops with "The number of images does not match the
+    number of image tokens" (LLaMA-Factory #5883). LLaVA's `image` may be a string: not a finding.
+
+    **Example** `{"messages": [...], "images": "a.jpg"}`, or `"images": {"path": "a.jpg"}`.
+
+    **Fix** Wrap the value in a list: `"images": ["a.jpg"]`.
+    """
+
+    code = "VLM106"
+    name = "image-field-not-list"
+    severity = Severity.WARNING
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        for problem in row.sample.notes:
+            if problem.code == self.code:
+                images = row.sample.images
+                if "a string" in problem.message and len(images) == 1:
+                    fix = f'wrap it in a list: "images": ["{images[0].reference}"]'
+                else:
+                    fix = 'wrap it in a list: "images": [{...}]'
+                yield self.finding(row, problem.message, fix)
+
+
+class DuplicateId(Rule):
+    """Two rows of one file carry the same id.
+
+    **Why** Ids are how rows are deduplicated, joined with evaluation results and excluded from
+    the test split; a repeated id usually means a row copied twice (it trains twice) or two
+    datasets merged whose numbering collides, so a filter by id hits the wrong row.
+
+    **Example** `{"id": "7", ...}` on line 3 and again on line 40 of the same file. The scope is
+    one source file (a manifest, a parquet/arrow file, a saved dataset): the files of a folder are
+    often splits whose numbering restarts, or one dataset saved in two formats, so ids are not
+    compared across files. The `id` field (else `uid`) is compared as text, so `7` equals `"7"`.
+
+    **Fix** Give the later row its own id (e.g. `7-2`), or remove it when it repeats the first.
+    Memory: the ids of the file being read are kept in a dict with the line (or item) where each was
+    first seen, about 120 bytes per id (some 120 MB for a file of a million rows), and dropped when
+    the next file starts; skip the rule with `--ignore VLM107` if that matters.
+    """
+
+    code = "VLM107"
+    name = "duplicate-id"
+    severity = Severity.WARNING
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._source: str | None = None
+        self._first: dict[str, int] = {}  # id -> line (JSONL) or item index where it was first seen
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        sample = row.sample
+        if sample.source != self._source:  # readers yield a file's rows together
+            self._source, self._first = sample.source, {}
+        if sample.id is None:
+            return
+        position = sample.line if sample.line is not None else sample.index
+        first = self._first.setdefault(sample.id, position)
+        if first == position:
+            return
+        where = f"line {first}" if sample.line is not None else f"item {first} of this file"
+        yield self.finding(
+            row,
+            f"id {sample.id!r} was already used by the row at {where}",
+            f"give this row its own id (e.g. {sample.id!r} -> '{sample.id}-2'), or remove it if it "
+            "repeats that row",
+        )
 
 
 class ProcessorRejectsRow(Rule):

@@ -1,0 +1,87 @@
+"""Settings: defaults < [tool.vlmlint] / vlmlint.toml < flags; selection by code or prefix."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from tests.conftest import PROCESSORS
+from vlmlint.cli import app
+from vlmlint.config import ConfigError, ScanConfig, build_config, find_config_file, read_config_file
+from vlmlint.rules import Severity
+
+MODEL = str(PROCESSORS / "qwen2-vl-small")
+runner = CliRunner()
+
+
+def test_select_and_ignore_by_prefix():
+    config = ScanConfig(dataset="d", model="m", select=("VLM3", "VLM401"), ignore=("VLM302",))
+    assert config.rule_enabled("VLM301") and config.rule_enabled("VLM401")
+    assert not config.rule_enabled("VLM302") and not config.rule_enabled("VLM103")
+
+
+def test_flags_override_the_file_and_thresholds_merge():
+    config = build_config(
+        "d",
+        {"model": "a", "max_length": 100, "thresholds": {"near-limit-share": 0.5}, "select": "VLM1, VLM4"},
+        {"model": "b", "max_length": None, "fail_on": "warning"},
+    )
+    assert config.model == "b" and config.max_length == 100 and config.fail_on is Severity.WARNING
+    assert config.thresholds["near_limit_share"] == 0.5 and config.select == ("VLM1", "VLM4")
+
+
+@pytest.mark.parametrize(
+    "file_settings,message",
+    [
+        ({"model": "a", "thresholds": {"nope": 1}}, "unknown threshold"),
+        ({"model": "a", "fail_on": "fatal"}, "fail-on"),
+        ({"model": "a", "truncation_side": "middle"}, "truncation-side"),
+        ({}, "no model"),
+    ],
+)
+def test_bad_settings_are_refused(file_settings, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config("d", file_settings, {})
+
+
+def test_pyproject_table_is_found_from_a_subfolder(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.vlmlint]\nmodel = "x"\nmax-length = 64\n')
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    path = find_config_file(sub)
+    assert path == tmp_path / "pyproject.toml"
+    assert read_config_file(path) == {"model": "x", "max_length": 64}
+
+
+def test_unknown_keys_in_the_file_are_refused(tmp_path):
+    (tmp_path / "vlmlint.toml").write_text('modle = "x"\n')
+    with pytest.raises(ConfigError, match="unknown setting"):
+        read_config_file(tmp_path / "vlmlint.toml")
+
+
+def test_cli_reads_vlmlint_toml(tmp_path, monkeypatch):
+    Image.new("RGB", (640, 480)).save(tmp_path / "a.jpg")
+    row = {
+        "id": "1",
+        "image": "a.jpg",
+        "conversations": [{"from": "human", "value": "<image>\nHi"}, {"from": "gpt", "value": "Yo"}],
+    }
+    (tmp_path / "data.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "vlmlint.toml").write_text(f'model = "{MODEL}"\nmax-length = 10\n')
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["scan", "data.jsonl", "--format", "json"])
+    assert result.exit_code == 1, result.output
+    assert orjson.loads(result.stdout)["summary"]["by_code"].get("VLM401") == 1
+    ignored = runner.invoke(app, ["scan", "data.jsonl", "--format", "json", "--ignore", "VLM4"])
+    assert ignored.exit_code == 0 and "VLM401" not in orjson.loads(ignored.stdout)["summary"]["by_code"]
+    shown = runner.invoke(app, ["config"])
+    assert shown.exit_code == 0 and "max_length = 10" in shown.stdout and "near_limit_share" in shown.stdout
+
+
+def test_bad_threshold_flag_exits_2(tmp_path):
+    result = runner.invoke(app, ["scan", str(tmp_path), "--model", MODEL, "--threshold", "oops"])
+    assert result.exit_code == 2
