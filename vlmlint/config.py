@@ -22,7 +22,10 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "max_image_tokens_per_row": (32768, "VLM406: image tokens above which a row is a memory risk"),
     "heavy_resize_factor": (16.0, "VLM208: area shrunk or grown by more than this factor"),
     "tiny_image_side": (28, "VLM204: images with a side below this many pixels are upscaled a lot"),
-    "tiny_upscale_factor": (2.0, "VLM204: also images the processor enlarges more than this (area) to its min_pixels"),
+    "tiny_upscale_factor": (
+        2.0,
+        "VLM204: also images the processor enlarges more than this (area) to its min_pixels",
+    ),
     "bomb_pixels": (89_478_485, "VLM202: images above this many pixels are never decoded (PIL's limit)"),
     "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
 }
