@@ -155,3 +155,15 @@ def test_stdout_is_only_the_report(tmp_path, fmt):
     assert "PyTorch" not in result.stdout
     if fmt == "json":
         orjson.loads(result.stdout)
+
+
+def test_broken_fixture_scan_reaches_the_end_and_exits_1():
+    from tests.conftest import DATASETS, FIXTURES
+
+    expected = json.loads((FIXTURES / "expected" / "broken.json").read_text())
+    result = scan(str(DATASETS / "broken"), "--model", MODEL, "--format", "jsonl", "--all-rows", "--verify", "0")
+    assert result.exit_code == 1
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == len(expected["rows"])  # every row, bad ones included, is reported
+    for row, spec in zip(rows, expected["rows"], strict=True):
+        assert set(spec["codes"]) <= set(row["findings"]), (row["line"], row["findings"])

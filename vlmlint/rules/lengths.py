@@ -115,6 +115,16 @@ def _fit_hint(row: RowResult, context: RuleContext, limit: int) -> tuple[str | N
     return max_pixels_hint(row, context, cap), cap >= 1
 
 
+def _encoder_text_finding(rule: Rule, row: RowResult, limit: int) -> Finding:
+    """A plain encoder's caption above its text tower's positions (CLIP: 77); the image is apart."""
+    return rule.finding(
+        row,
+        f"text length {row.seq_len} tokens > the text encoder's {limit} positions "
+        "(the image is not part of this sequence)",
+        f"shorten the text to {limit} tokens or tokenize with truncation=True, max_length={limit}",
+    )
+
+
 class SequenceTooLong(Rule):
     """The row's full sequence (text plus expanded image tokens) is longer than `--max-length`.
 
@@ -146,12 +156,7 @@ class SequenceTooLong(Rule):
         if model is not None and row.seq_len > model:
             raise_to += f" (above the model's {model}-token context: see VLM404)"
         if not context.image_placeholder:  # a plain encoder: the text goes to its own text tower
-            yield self.finding(
-                row,
-                f"text length {row.seq_len} tokens > the text encoder's {limit} positions "
-                "(the image is not part of this sequence)",
-                f"shorten the text to {limit} tokens or tokenize with truncation=True, max_length={limit}",
-            )
+            yield _encoder_text_finding(self, row, limit)
             return
         hint, fits = _fit_hint(row, context, limit)
         options = [raise_to]
@@ -310,12 +315,7 @@ class ExceedsModelContext(Rule):
         if row.seq_len <= limit and (position is None or position < limit):
             return
         if not context.image_placeholder:  # a plain encoder: the text goes to its own text tower
-            yield self.finding(
-                row,
-                f"text length {row.seq_len} tokens > the text encoder's {limit} positions "
-                "(the image is not part of this sequence)",
-                f"shorten the text to {limit} tokens or tokenize with truncation=True, max_length={limit}",
-            )
+            yield _encoder_text_finding(self, row, limit)
             return
         message = (
             f"sequence length {row.seq_len} > the model's context {limit} (max_position_embeddings; "
