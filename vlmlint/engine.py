@@ -154,7 +154,7 @@ class Scanner:
             )
         try:
             if ref.url is not None and self.config.allow_remote:
-                ref = replace(ref, data=fetch(ref.url), url=None)
+                ref = replace(ref, data=self._fetch(ref.url), url=None)
             header = read_header(ref)
         except ImageProblem as problem:
             return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
@@ -168,6 +168,10 @@ class Scanner:
             animated=header.animated,
             transparency=header.transparency,
         )
+
+    @lru_cache(maxsize=8)  # noqa: B019 (one Scanner per scan): the exact path reuses the header's download
+    def _fetch(self, url: str) -> bytes:
+        return fetch(url)
 
     def image_header(self, ref: ImageRef) -> ImageInfo:
         """Header facts about one image; files are cached by path since datasets reuse images."""
@@ -198,7 +202,7 @@ class Scanner:
                         return headers[:position] + (refused,) + headers[position + 1 :], None
                     try:
                         if ref.url is not None and self.config.allow_remote:
-                            ref = replace(ref, data=fetch(ref.url), url=None)
+                            ref = replace(ref, data=self._fetch(ref.url), url=None)
                         decoded.append(decode_image(ref))
                     except ImageProblem as problem:  # a full decode finds what the header could not
                         failed = replace(headers[position], error_code=problem.kind, error=problem.message)
