@@ -106,6 +106,16 @@ def real_pixtral_processor_class():
     return module.PixtralProcessor
 
 
+@pytest.fixture(scope="session", autouse=True)
+def vlmlint_cache(tmp_path_factory):
+    """Built-in profiles are prepared in a session folder, never in the user's ~/.cache/vlmlint."""
+    folder = tmp_path_factory.mktemp("vlmlint-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("VLMLINT_CACHE", str(folder))
+    yield folder
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def processors_dir() -> Path:
     return PROCESSORS

@@ -77,7 +77,7 @@ def test_bad_model_exits_2(tmp_path):
 
 
 def test_usage_error_exits_2(tmp_path):
-    assert scan(make_dataset(tmp_path, [GOOD])).exit_code == 2  # --model missing
+    assert scan(make_dataset(tmp_path, [GOOD]), "--no-such-flag").exit_code == 2
     assert scan(make_dataset(tmp_path, [GOOD]), "--model", MODEL, "--format", "xml").exit_code == 2
 
 
@@ -161,7 +161,9 @@ def test_broken_fixture_scan_reaches_the_end_and_exits_1():
     from tests.conftest import DATASETS, FIXTURES
 
     expected = json.loads((FIXTURES / "expected" / "broken.json").read_text())
-    result = scan(str(DATASETS / "broken"), "--model", MODEL, "--format", "jsonl", "--all-rows", "--verify", "0")
+    result = scan(
+        str(DATASETS / "broken"), "--model", MODEL, "--format", "jsonl", "--all-rows", "--verify", "0"
+    )
     assert result.exit_code == 1
     rows = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == len(expected["rows"])  # every row, bad ones included, is reported

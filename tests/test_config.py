@@ -40,12 +40,16 @@ def test_flags_override_the_file_and_thresholds_merge():
         ({"model": "a", "thresholds": {"nope": 1}}, "unknown threshold"),
         ({"model": "a", "fail_on": "fatal"}, "fail-on"),
         ({"model": "a", "truncation_side": "middle"}, "truncation-side"),
-        ({}, "no model"),
     ],
 )
 def test_bad_settings_are_refused(file_settings, message):
     with pytest.raises(ConfigError, match=message):
         build_config("d", file_settings, {})
+
+
+def test_no_model_means_the_default_profile():
+    assert build_config("d", {}, {}).model == "qwen2-vl"
+    assert build_config("d", {"model": "a"}, {}).model == "a"
 
 
 def test_pyproject_table_is_found_from_a_subfolder(tmp_path):

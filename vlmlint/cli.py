@@ -44,7 +44,7 @@ def _stderr() -> Console:
 
 
 def _fail(message: str) -> typer.Exit:
-    _stderr().print(f"[bold red]vlmlint:[/] {message}", markup=True, highlight=False)
+    _stderr().print(f"[bold red]vlmlint:[/] {message}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_ERROR)
 
 
@@ -68,7 +68,13 @@ def scan(
         str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
     ],
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Processor folder or Hugging Face hub id.")
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Processor folder, built-in profile ('vlmlint models') or Hugging Face hub id "
+            "(default: the qwen2-vl profile).",
+        ),
     ] = None,
     layout: Annotated[
         str | None,
@@ -232,7 +238,13 @@ def scan(
 
         # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
         width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
-        render_text(summary, Console(file=stdout, width=width), model_name=config.model, max_rows=table_rows)
+        render_text(
+            summary,
+            Console(file=stdout, width=width),
+            model_name=config.model,
+            max_rows=table_rows,
+            text_tokens_estimated=scanner.model.text_tokens_estimated,
+        )
     stdout.flush()
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
 
@@ -319,6 +331,42 @@ def show_config(
         print(
             f"{name} = {overrides.get(name, overrides.get(name.replace('_', '-'), default))!r}  # {meaning}"
         )
+
+
+@app.command("models")
+def list_models() -> None:
+    """List the built-in model profiles (offline, no download): source checkpoint and settings."""
+    from vlmlint.models.profiles import DEFAULT_PROFILE, PROFILES, profile_settings
+
+    console = Console(highlight=False, soft_wrap=True)
+    for profile in PROFILES.values():
+        files = profile_settings(profile)
+        image = files.get("preprocessor_config.json") or (files.get("processor_config.json") or {}).get(
+            "image_processor", {}
+        )
+        keys = (
+            "size",
+            "min_pixels",
+            "max_pixels",
+            "patch_size",
+            "merge_size",
+            "crop_size",
+            "image_seq_length",
+        )
+        shown = ", ".join(f"{k}={image[k]}" for k in keys if k in image)
+        config = files.get("config.json", {})
+        limit = (config.get("text_config") or {}).get("max_position_embeddings") or config.get(
+            "max_position_embeddings"
+        )
+        default = " (default)" if profile.name == DEFAULT_PROFILE else ""
+        text = "text tokens exact (real Qwen BPE)" if profile.exact_text else "text tokens estimated"
+        console.print(f"[bold]{profile.name}[/]{default}  {profile.title}  from {profile.checkpoint}")
+        console.print(f"    {image.get('image_processor_type', '?')}: {shown}")
+        console.print(f"    max_position_embeddings={limit}; {text}")
+    console.print(
+        "A local folder or a hub id passed to --model always wins over a profile of the same name; "
+        "--model omitted means the qwen2-vl profile."
+    )
 
 
 @app.command()

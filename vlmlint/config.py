@@ -129,8 +129,8 @@ def build_config(dataset: str, file_settings: Mapping[str, Any], flags: Mapping[
             raise ConfigError(f"fail-on must be error, warning or info, got {merged['fail_on']!r}") from None
     if merged.get("truncation_side", "right") not in ("left", "right"):
         raise ConfigError(f"truncation-side must be left or right, got {merged['truncation_side']!r}")
-    if "model" not in merged:
-        raise ConfigError(
-            "no model: pass --model (a processor folder or hub id) or set model in [tool.vlmlint]"
-        )
+    if not merged.get("model"):
+        from vlmlint.models.profiles import DEFAULT_PROFILE
+
+        merged["model"] = DEFAULT_PROFILE  # no --model and no model in the config file
     return ScanConfig(dataset=dataset, thresholds=MappingProxyType(thresholds), **merged)

@@ -49,6 +49,9 @@ class Model:
     processor_class: str | None = None
     image_processor_type: str | None = None
     notice: str | None = None  # one line the CLI shows on stderr (e.g. the generic fallback)
+    profile: str | None = None  # the built-in profile this model came from (vlmlint models)
+    checkpoint: str | None = None  # a profile's source hub checkpoint
+    text_tokens_estimated: str | None = None  # how text tokens are estimated; None when exact
 
     def describe(self) -> dict[str, Any]:
         settings = dataclasses.asdict(self.settings) if dataclasses.is_dataclass(self.settings) else {}
@@ -61,6 +64,9 @@ class Model:
             "chat_template": self.chat_template is not None,
             "max_position_embeddings": self.max_position_embeddings,
             "image_settings": dict(settings),
+            "profile": self.profile,
+            "checkpoint": self.checkpoint,
+            "text_tokens_estimated": self.text_tokens_estimated,
         }
 
 
@@ -168,8 +174,32 @@ def _load_generic(name: str, processor_name: str | None, trust_remote_code: bool
     )
 
 
-def load_model(name: str, *, trust_remote_code: bool = False) -> Model:
-    """Load what vlmlint needs of a processor folder or hub id, without torch."""
+def load_model(name: str | None = None, *, trust_remote_code: bool = False) -> Model:
+    """Load what vlmlint needs of a processor folder, built-in profile or hub id, without torch.
+
+    Resolution order: an existing folder, then a built-in profile name (`vlmlint models`), then a hub id.
+    No name means the default profile (qwen2-vl).
+    """
+    from vlmlint.models import profiles
+
+    if name is None:
+        name = profiles.DEFAULT_PROFILE
+    profile = None if os.path.isdir(name) else profiles.find_profile(name)
+    if profile is None:
+        return _load_processor(name, trust_remote_code)
+    try:
+        folder = profiles.profile_folder(profile)
+    except (profiles.ProfileError, OSError) as exc:
+        raise ModelError(f"{name}: cannot prepare the built-in profile: {exc}") from None
+    model = _load_processor(str(folder), trust_remote_code)
+    model.name = profile.name
+    model.profile = profile.name
+    model.checkpoint = profile.checkpoint
+    model.text_tokens_estimated = profile.text_tokens_estimated
+    return model
+
+
+def _load_processor(name: str, trust_remote_code: bool) -> Model:
     preprocessor = _read_json(name, "preprocessor_config.json")
     processor_config = _read_json(name, "processor_config.json")
     nested = (

