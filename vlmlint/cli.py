@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from vlmlint import __version__
+from vlmlint.report.formats import FORMAT_NAMES
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -27,10 +28,8 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    jsonl = "jsonl"
+# text, json, jsonl, sarif, github, junit, gitlab, html (vlmlint/report/formats.py is the registry)
+OutputFormat = Enum("OutputFormat", {name: name for name in FORMAT_NAMES}, type=str)
 
 
 class FailLevel(str, Enum):
@@ -140,8 +139,13 @@ def scan(
         typer.Option("--config", help="A vlmlint.toml or pyproject.toml (default: the nearest one found)."),
     ] = None,
     output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Report on stdout: text, json or jsonl.")
+        OutputFormat,
+        typer.Option("--format", "-f", help=f"Report format: {', '.join(FORMAT_NAMES)}."),
     ] = OutputFormat.text,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="Write the report to this file (atomically) instead of stdout."),
+    ] = None,
     report: Annotated[str | None, typer.Option(help="Also write the JSON report to this file.")] = None,
     all_rows: Annotated[
         bool, typer.Option(help="With --format jsonl: one line per row (counts and codes), not per finding.")
@@ -164,7 +168,7 @@ def scan(
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
     from vlmlint.report import Summary, build_report, row_record, write_report_file
-    from vlmlint.report.json_report import dumps, settings_record
+    from vlmlint.report.json_report import settings_record
 
     flags = {
         "model": model,
@@ -198,7 +202,7 @@ def scan(
     if scanner.model.notice and not quiet:
         _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
 
-    stdout = sys.stdout
+    stdout = _OutputFile(output) if output else sys.stdout
     summary = Summary()
     verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
     show_progress = not quiet and sys.stderr.isatty()
@@ -209,7 +213,7 @@ def scan(
                 summary.add(outcome)
                 verifier.offer(outcome)
                 progress.advance(task)
-                if output_format is OutputFormat.jsonl:
+                if output_format.value == "jsonl":
                     if all_rows:
                         stdout.write(dumps_line(row_record(outcome)))
                     else:
@@ -218,12 +222,15 @@ def scan(
         if verifier.size:
             summary.add_verification(*verifier.run(scanner))
     except DatasetError as exc:
+        _discard(stdout)
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
+        _discard(stdout)
         raise _fail("interrupted") from None
     except BrokenPipeError:
         raise  # the reader of stdout went away (e.g. `| head`); main() ends quietly
     except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
+        _discard(stdout)
         raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
 
     full_report = build_report(
@@ -231,9 +238,7 @@ def scan(
     )
     if report:
         write_report_file(report, full_report)
-    if output_format is OutputFormat.json:
-        stdout.write(dumps(full_report).decode() + "\n")
-    elif output_format is OutputFormat.text:
+    if output_format.value == "text":
         from vlmlint.report.text import render_text
 
         # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
@@ -245,8 +250,64 @@ def scan(
             max_rows=table_rows,
             text_tokens_estimated=scanner.model.text_tokens_estimated,
         )
-    stdout.flush()
+    elif output_format.value != "jsonl":
+        from vlmlint.report.formats import ReportInput, render
+
+        rendered = ReportInput(
+            report=full_report,
+            summary=summary,
+            model_name=config.model,
+            text_tokens_estimated=scanner.model.text_tokens_estimated,
+        )
+        try:
+            stdout.write(render(output_format.value, rendered))
+        except Exception as exc:  # a renderer bug still ends with exit 2 and one line
+            _discard(stdout)
+            raise _fail(
+                f"internal error writing {output_format.value}: {type(exc).__name__}: {exc}"
+            ) from None
+    if isinstance(stdout, _OutputFile):
+        stdout.commit()
+    else:
+        stdout.flush()
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+
+
+class _OutputFile:
+    """`-o FILE`: the report goes to a temporary file beside FILE, renamed into place when complete."""
+
+    def __init__(self, path: str) -> None:
+        import tempfile
+
+        self.path = path
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise _fail(f"--output: folder {folder} does not exist")
+        handle, self.temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
+        self.stream = os.fdopen(handle, "w", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def commit(self) -> None:
+        self.stream.close()
+        os.replace(self.temporary, self.path)
+
+    def discard(self) -> None:
+        self.stream.close()
+        if os.path.exists(self.temporary):
+            os.unlink(self.temporary)
+
+
+def _discard(stdout) -> None:
+    if isinstance(stdout, _OutputFile):
+        stdout.discard()
 
 
 def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:

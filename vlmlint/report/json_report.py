@@ -64,18 +64,27 @@ def row_record(outcome: RowOutcome) -> dict[str, Any]:
     }
 
 
+def render(report) -> str:
+    """The `json` format: the whole report, indented (report is a formats.ReportInput)."""
+    return dumps(report.report).decode() + "\n"
+
+
 def dumps(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
 
 def write_report_file(path: str, data: dict[str, Any]) -> None:
-    """Write atomically: a temporary file beside the target, then a rename."""
+    """Write the JSON report atomically: a temporary file beside the target, then a rename."""
+    write_atomic(path, dumps(data) + b"\n")
+
+
+def write_atomic(path: str, content: bytes) -> None:
+    """A reader never sees half a report: write a temporary file beside the target, then rename."""
     folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".json", dir=folder)
+    handle, temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(dumps(data))
-            stream.write(b"\n")
+            stream.write(content)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
