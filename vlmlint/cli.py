@@ -63,8 +63,14 @@ def _progress(enabled: bool):
 
 @app.command()
 def scan(
-    dataset: Annotated[
-        str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
+    datasets: Annotated[
+        list[str],
+        typer.Argument(
+            help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id; several "
+            "make one report (as pre-commit passes them).",
+            metavar="DATASET...",
+            show_default=False,
+        ),
     ],
     model: Annotated[
         str | None,
@@ -163,7 +169,11 @@ def scan(
         ),
     ] = 32,
 ) -> None:
-    """Scan a dataset and report the rows that would overflow or mismatch for the model."""
+    """Scan datasets and report the rows that would overflow or mismatch for the model.
+
+    Several DATASETs are scanned with the same settings and model into one report. One that cannot be
+    opened is reported on stderr and skipped; the others are still scanned, and the exit code is 2.
+    """
     from vlmlint.engine import Scanner
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
@@ -189,7 +199,7 @@ def scan(
         "fail_on": fail_on.value if fail_on else None,
         "thresholds": _parse_thresholds(threshold),
     }
-    config = _load_config(dataset, flags, config_file)
+    config = _load_config(datasets[0], flags, config_file)
     exact = config.exact
     try:
         scanner = Scanner(config)
@@ -204,21 +214,30 @@ def scan(
 
     stdout = _OutputFile(output) if output else sys.stdout
     summary = Summary()
+    unreadable: list[str] = []  # datasets of a multi-dataset scan that could not be opened
     verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
     show_progress = not quiet and sys.stderr.isatty()
     try:
         with _progress(show_progress) as progress:
-            task = progress.add_task(f"scanning {dataset}", total=None)
-            for outcome in scanner.scan():
-                summary.add(outcome)
-                verifier.offer(outcome)
-                progress.advance(task)
-                if output_format.value == "jsonl":
-                    if all_rows:
-                        stdout.write(dumps_line(row_record(outcome)))
-                    else:
-                        for finding in outcome.findings:
-                            stdout.write(dumps_line(finding.to_dict()))
+            for dataset in datasets:  # one model, one summary: the report covers every dataset
+                task = progress.add_task(f"scanning {dataset}", total=None)
+                try:
+                    for outcome in scanner.scan(dataset):
+                        summary.add(outcome)
+                        verifier.offer(outcome)
+                        progress.advance(task)
+                        if output_format.value == "jsonl":
+                            if all_rows:
+                                stdout.write(dumps_line(row_record(outcome)))
+                            else:
+                                for finding in outcome.findings:
+                                    stdout.write(dumps_line(finding.to_dict()))
+                except DatasetError as exc:
+                    if len(datasets) == 1:
+                        raise
+                    # Why go on: a pre-commit run should still report the other files' rows.
+                    unreadable.append(dataset)
+                    _stderr().print(f"vlmlint: skipped: {exc}", highlight=False, soft_wrap=True)
         if verifier.size:
             summary.add_verification(*verifier.run(scanner))
     except DatasetError as exc:
@@ -233,9 +252,11 @@ def scan(
         _discard(stdout)
         raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
 
-    full_report = build_report(
-        summary, scanner.model.describe(), settings_record(config, scanner.context.max_length)
-    )
+    settings = settings_record(config, scanner.context.max_length)
+    if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
+        settings["datasets"] = list(datasets)
+        settings["unreadable"] = unreadable
+    full_report = build_report(summary, scanner.model.describe(), settings)
     if report:
         write_report_file(report, full_report)
     if output_format.value == "text":
@@ -270,6 +291,10 @@ def scan(
         stdout.commit()
     else:
         stdout.flush()
+    if unreadable:
+        raise _fail(
+            f"{len(unreadable)} of {len(datasets)} datasets could not be read: {', '.join(unreadable)}"
+        )
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
 
 

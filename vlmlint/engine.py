@@ -415,10 +415,11 @@ class Scanner:
                 result = self._result(item, next(lengths) if item.text is not None else None)
                 yield RowOutcome(result, self.check(result))
 
-    def scan(self) -> Iterator[RowOutcome]:
+    def scan(self, dataset: str | None = None) -> Iterator[RowOutcome]:
+        """Scan config.dataset, or another dataset with the same settings and the already loaded model."""
         config = self.config
         samples = iter_samples(
-            config.dataset,
+            config.dataset if dataset is None else dataset,
             layout=config.layout,
             image_root=config.image_root,
             split=config.split,
