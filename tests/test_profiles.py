@@ -235,3 +235,43 @@ def test_demo_without_model_equals_the_real_processor(qwen2_vl):
         assert sum(result.image_tokens) == ids.count(151655), sample.location
         checked += 1
     assert checked >= 36
+
+
+# Public added-token tables, as the checkpoints' tokenizer_config.json publish them (Qwen3's file, which
+# Qwen3-VL shares, read from a public copy; Qwen2.5's is its first 22 entries). special=False from 151657.
+QWEN3_ADDED = {
+    151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>", 151646: "<|object_ref_start|>",
+    151647: "<|object_ref_end|>", 151648: "<|box_start|>", 151649: "<|box_end|>", 151650: "<|quad_start|>",
+    151651: "<|quad_end|>", 151652: "<|vision_start|>", 151653: "<|vision_end|>", 151654: "<|vision_pad|>",
+    151655: "<|image_pad|>", 151656: "<|video_pad|>", 151657: "<tool_call>", 151658: "</tool_call>",
+    151659: "<|fim_prefix|>", 151660: "<|fim_middle|>", 151661: "<|fim_suffix|>", 151662: "<|fim_pad|>",
+    151663: "<|repo_name|>", 151664: "<|file_sep|>", 151665: "<tool_response>", 151666: "</tool_response>",
+    151667: "<think>", 151668: "</think>",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "last"), [("qwen2-vl", 151656), ("qwen2.5-vl", 151664), ("qwen3-vl", 151668)]
+)
+def test_qwen_added_token_tables_are_the_published_ones(name, last):
+    table = profiles.profile_settings(profiles.PROFILES[name])["tokenizer_config.json"][
+        "added_tokens_decoder"
+    ]
+    assert {int(k): v["content"] for k, v in table.items()} == {
+        k: v for k, v in QWEN3_ADDED.items() if k <= last
+    }
+    assert all(v["special"] == (int(k) < 151657) for k, v in table.items())
+    tokenizer = load_model(name).tokenizer
+    assert tokenizer.convert_tokens_to_ids(list(QWEN3_ADDED.values())[: last - 151642]) == list(
+        range(151643, last + 1)
+    )
+
+
+def test_onevision_image_and_video_ids_are_the_published_ones():
+    # llava-hf/llava-onevision-qwen2-*-ov-hf: image_token_index 151646, video_token_index 151647.
+    config = profiles.profile_settings(profiles.PROFILES["llava-onevision"])["config.json"]
+    assert (config["image_token_index"], config["video_token_index"]) == (151646, 151647)
+    assert load_model("llava-onevision").tokenizer.convert_tokens_to_ids(["<image>", "<video>"]) == [
+        151646,
+        151647,
+    ]

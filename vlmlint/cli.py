@@ -445,7 +445,11 @@ def list_models() -> None:
             "max_position_embeddings"
         )
         default = " (default)" if profile.name == DEFAULT_PROFILE else ""
-        bpe = {"qwen": "real Qwen BPE", "tekken": "real Tekken BPE"}.get(profile.tokenizer)
+        bpe = {
+            "qwen": "real Qwen BPE",
+            "tekken": "real Tekken BPE",
+            "mistral-v1": "real Mistral-7B SentencePiece",
+        }.get(profile.tokenizer)
         text = f"text tokens exact ({bpe})" if profile.exact_text else "text tokens estimated"
         console.print(f"[bold]{profile.name}[/]{default}  {profile.title}  from {profile.checkpoint}")
         console.print(f"    {image.get('image_processor_type', '?')}: {shown}")

