@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'  # docs: tests/test_docs_site.py builds the site
 	touch $(STAMP)
 
 # The main job on the bundled demo dataset. Exit code 1 means "findings found", which the demo expects.
@@ -29,11 +29,13 @@ lint: install
 fixtures: install
 	$(BIN)/python fixtures/build.py
 
+# docs/rules.md is generated from the rules; the site (mkdocs.yml) is built into site/, any warning fatal.
 docs: install
 	$(BIN)/python -m vlmlint.docs docs/rules.md
+	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site
 
 # Figures for the README and the notes: the default path against the naive per-row processor loop.
 bench: install

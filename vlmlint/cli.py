@@ -68,7 +68,7 @@ def scan(
         typer.Argument(
             help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id; several "
             "make one report (as pre-commit passes them).",
-            metavar="DATASET...",
+            metavar="DATASET",
             show_default=False,
         ),
     ],
@@ -171,8 +171,7 @@ def scan(
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
-    Several DATASETs are scanned with the same settings and model into one report. One that cannot be
-    opened is reported on stderr and skipped; the others are still scanned, and the exit code is 2.
+    Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
     from vlmlint.engine import Scanner
     from vlmlint.models import ModelError
