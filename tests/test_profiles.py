@@ -212,12 +212,14 @@ def test_models_command_lists_every_profile():
     assert "qwen2-vl (default)" in result.output
 
 
-def test_demo_without_model_equals_the_real_processor(qwen2_vl):
-    """`vlmlint scan fixtures/datasets/demo` (no --model) against transformers' Qwen2VLProcessor built
-    from the same profile folder: the real Qwen tokenizer, settings and chat template."""
+@pytest.mark.parametrize("reference", ["qwen2-vl", "qwen2.5-vl"])
+def test_demo_without_model_equals_the_real_processor(qwen2_vl, reference):
+    """`vlmlint scan fixtures/datasets/demo` (no --model) against transformers' Qwen2VLProcessor and
+    Qwen2_5_VLProcessor, each built from its profile folder: the real Qwen tokenizer, settings and chat
+    template (the two checkpoints share image settings and template; Qwen2.5 adds tokens the demo lacks)."""
     from tests.test_fixtures import _decode
 
-    folder = profiles.profile_folder(profiles.PROFILES["qwen2-vl"])
+    folder = profiles.profile_folder(profiles.PROFILES[reference])
     processor = real_processor(folder)
     config = build_config(str(DATASETS / "demo"), {}, {})
     scanner = Scanner(ScanConfig(**{**config.__dict__}), model=qwen2_vl)
@@ -235,6 +237,10 @@ def test_demo_without_model_equals_the_real_processor(qwen2_vl):
         assert sum(result.image_tokens) == ids.count(151655), sample.location
         checked += 1
     assert checked >= 36
+    assert (
+        type(processor).__name__
+        == {"qwen2-vl": "Qwen2VLProcessor", "qwen2.5-vl": "Qwen2_5_VLProcessor"}[reference]
+    )
 
 
 # Public added-token tables, as the checkpoints' tokenizer_config.json publish them (Qwen3's file, which
