@@ -237,10 +237,8 @@ def test_demo_without_model_equals_the_real_processor(qwen2_vl, reference):
         assert sum(result.image_tokens) == ids.count(151655), sample.location
         checked += 1
     assert checked >= 36
-    assert (
-        type(processor).__name__
-        == {"qwen2-vl": "Qwen2VLProcessor", "qwen2.5-vl": "Qwen2_5_VLProcessor"}[reference]
-    )
+    expected_class = {"qwen2-vl": "Qwen2VLProcessor", "qwen2.5-vl": "Qwen2_5_VLProcessor"}[reference]
+    assert expected_class in [cls.__name__ for cls in type(processor).__mro__]
 
 
 # Public added-token tables, as the checkpoints' tokenizer_config.json publish them (Qwen3's file, which
