@@ -23,6 +23,9 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
         "exact": config.exact,
         "chat_template": config.use_chat_template,
         "add_generation_prompt": config.add_generation_prompt,
+        "allow_remote": config.allow_remote,
+        # Renderers that open images again (HTML thumbnails) must honour the scan's permission.
+        "allow_outside_root": config.allow_outside_root,
         "fail_on": config.fail_on.value,
     }
 
