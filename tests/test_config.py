@@ -89,3 +89,80 @@ def test_cli_reads_vlmlint_toml(tmp_path, monkeypatch):
 def test_bad_threshold_flag_exits_2(tmp_path):
     result = runner.invoke(app, ["scan", str(tmp_path), "--model", MODEL, "--threshold", "oops"])
     assert result.exit_code == 2
+
+
+def test_per_source_ignores_match_relative_absolute_and_basename_globs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    legacy = tmp_path / "data" / "legacy"
+    legacy.mkdir(parents=True)
+    config = build_config(
+        "d",
+        {
+            "per_source_ignores": {
+                "./data/legacy/*.jsonl": ["vlm2", "VLM103"],
+                str(tmp_path / "abs.json"): "VLM4",
+            }
+        },
+        {},
+        config_root=tmp_path,
+    )
+    assert config.per_source_ignores["data/legacy/*.jsonl"] == ("VLM2", "VLM103")
+    assert config.source_ignores("data/legacy/old.jsonl") == ("VLM2", "VLM103")
+    assert config.source_ignores(str(legacy / "old.jsonl")) == ("VLM2", "VLM103")  # an absolute source
+    assert config.source_ignores("data/new.jsonl") == ()
+    assert config.source_ignores("abs.json") == ("VLM4",)
+    (tmp_path / "saved").mkdir()
+    split = build_config("d", {"per_source_ignores": {"saved": ["VLM1"]}}, {}, config_root=tmp_path)
+    assert split.source_ignores("saved[train]") == ("VLM1",)  # a save_to_disk folder and its split
+    by_name = build_config("d", {"per_source_ignores": {"*.json": ["VLM1"]}}, {}, config_root=tmp_path)
+    assert by_name.source_ignores("x/y/z.json") == ("VLM1",)  # no slash: the file name alone matches
+    with pytest.raises(ConfigError, match="per-source-ignores"):
+        build_config("d", {"per_source_ignores": ["VLM1"]}, {})
+    with pytest.raises(ConfigError, match="per-source-ignores"):
+        build_config("d", {"per_source_ignores": {"*.json": [1]}}, {})
+
+
+def test_cli_per_source_ignores_drop_findings_of_matching_files(tmp_path, monkeypatch):
+    Image.new("RGB", (640, 480)).save(tmp_path / "a.jpg")
+    bad = {
+        "id": "1",
+        "image": "missing.jpg",
+        "conversations": [{"from": "human", "value": "<image>\nHi"}, {"from": "gpt", "value": "Yo"}],
+    }
+    legacy = tmp_path / "data" / "legacy"
+    legacy.mkdir(parents=True)
+    (legacy / "old.jsonl").write_text(json.dumps(bad) + "\n")
+    (tmp_path / "data" / "new.jsonl").write_text(json.dumps({**bad, "id": "2"}) + "\n")
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.vlmlint]\nmodel = "{MODEL}"\nper-source-ignores = {{ "data/legacy/*.jsonl" = ["VLM1"] }}\n'
+    )
+    sub = tmp_path / "data"
+    for cwd, target in ((tmp_path, "data"), (sub, ".")):  # globs start at the config file's folder
+        monkeypatch.chdir(cwd)
+        result = runner.invoke(app, ["scan", target, "--format", "json", "--verify", "0", "-q"])
+        assert result.exit_code == 1, result.output
+        findings = orjson.loads(result.stdout)["findings"]
+        assert [(f["code"], f["id"]) for f in findings] == [("VLM103", "2")]
+
+
+def test_config_command_shows_effective_values_and_their_origin(tmp_path, monkeypatch):
+    (tmp_path / "vlmlint.toml").write_text(
+        'max-length = 10\nselect = ["VLM1"]\nper-source-ignores = { "old/*" = ["VLM2"] }\n'
+        "[thresholds]\nnear-limit-share = 0.5\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(
+        app, ["config", "--max-length", "20", "--fail-on", "warning", "--threshold", "tiny_image_side=10"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "max_length = 20  # flag" in lines  # the flag wins over the file's 10
+    assert "select = ['VLM1']  # file" in lines
+    assert "fail_on = 'warning'  # flag" in lines
+    assert "model = 'qwen2-vl'  # default" in lines
+    assert "per_source_ignores = {'old/*': ['VLM2']}  # file" in lines
+    assert any(line.startswith("near_limit_share = 0.5  # file:") for line in lines)
+    assert any(line.startswith("tiny_image_side = 10  # flag:") for line in lines)
+    assert any(line.startswith("bomb_pixels = 89478485  # default:") for line in lines)
+    bad = runner.invoke(app, ["config", "--threshold", "nope=1"])
+    assert bad.exit_code == 2 and "unknown threshold" in bad.stderr

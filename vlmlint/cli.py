@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from enum import Enum
 from typing import Annotated
 
@@ -168,6 +169,14 @@ def scan(
             help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0
         ),
     ] = 32,
+    baseline_file: Annotated[
+        str | None,
+        typer.Option("--baseline", help="Do not report the findings listed in this baseline file."),
+    ] = None,
+    write_baseline: Annotated[
+        str | None,
+        typer.Option(help="Record every finding in this baseline file and exit 0 (accept them as they are)."),
+    ] = None,
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
@@ -199,6 +208,7 @@ def scan(
         "thresholds": _parse_thresholds(threshold),
     }
     config = _load_config(datasets[0], flags, config_file)
+    baseline = _load_baseline(baseline_file, write_baseline)
     exact = config.exact
     try:
         scanner = Scanner(config)
@@ -222,6 +232,8 @@ def scan(
                 task = progress.add_task(f"scanning {dataset}", total=None)
                 try:
                     for outcome in scanner.scan(dataset):
+                        if baseline is not None and outcome.findings:
+                            outcome = replace(outcome, findings=baseline.filter(outcome.findings))
                         summary.add(outcome)
                         verifier.offer(outcome)
                         progress.advance(task)
@@ -238,7 +250,13 @@ def scan(
                     unreadable.append(dataset)
                     _stderr().print(f"vlmlint: skipped: {exc}", highlight=False, soft_wrap=True)
         if verifier.size:
-            summary.add_verification(*verifier.run(scanner))
+            checked, disagreements = verifier.run(scanner)
+            kept = [
+                (row, finding)
+                for row, finding in disagreements
+                if scanner.keep(finding) and not (baseline and baseline.suppresses(finding))
+            ]
+            summary.add_verification(checked, kept)
     except DatasetError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
@@ -256,6 +274,14 @@ def scan(
         settings["datasets"] = list(datasets)
         settings["unreadable"] = unreadable
     full_report = build_report(summary, scanner.model.describe(), settings)
+    if baseline is not None:
+        full_report["summary"]["baseline"] = baseline.to_dict()
+        _stderr().print(
+            f"vlmlint: baseline {baseline.path}: {baseline.suppressed} finding(s) suppressed, "
+            f"{baseline.stale} stale (no longer found)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if report:
         write_report_file(report, full_report)
     if output_format.value == "text":
@@ -294,6 +320,9 @@ def scan(
         raise _fail(
             f"{len(unreadable)} of {len(datasets)} datasets could not be read: {', '.join(unreadable)}"
         )
+    if write_baseline:  # after the unreadable check: an incomplete scan never becomes a baseline
+        _write_baseline(write_baseline, summary.findings)
+        raise typer.Exit(EXIT_CLEAN)
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
 
 
@@ -360,9 +389,35 @@ def _load_config(dataset: str, flags: dict, config_file: str | None):
         file_settings = read_config_file(path) if path else {}
         if flags.get("thresholds") and file_settings.get("thresholds"):
             flags = {**flags, "thresholds": {**file_settings["thresholds"], **flags["thresholds"]}}
-        return build_config(dataset, file_settings, flags)
+        return build_config(dataset, file_settings, flags, config_root=path.parent if path else None)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+
+
+def _load_baseline(path: str | None, write_path: str | None):
+    """--baseline FILE as a Baseline (None without it); a missing or bad file exits 2."""
+    from vlmlint.baseline import BaselineError, load_baseline
+
+    if path and write_path:
+        raise _fail("--baseline and --write-baseline cannot be combined (--write-baseline records all)")
+    if not path:
+        return None
+    try:
+        return load_baseline(path)
+    except BaselineError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _write_baseline(path: str, findings) -> None:
+    from vlmlint.baseline import write_baseline
+
+    try:
+        written = write_baseline(path, findings)
+    except OSError as exc:
+        raise _fail(f"--write-baseline {path}: {exc.strerror or exc}") from None
+    _stderr().print(
+        f"vlmlint: wrote {written} finding(s) to baseline {path}", highlight=False, soft_wrap=True
+    )
 
 
 def dumps_line(record: dict) -> str:
@@ -395,27 +450,68 @@ def show_config(
     config_file: Annotated[
         str | None, typer.Option("--config", help="A vlmlint.toml or pyproject.toml.")
     ] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="As for scan.")] = None,
+    max_length: Annotated[int | None, typer.Option(help="As for scan.", min=1)] = None,
+    truncation_side: Annotated[str | None, typer.Option(help="As for scan.")] = None,
+    select: Annotated[str | None, typer.Option(help="As for scan.")] = None,
+    ignore: Annotated[str | None, typer.Option(help="As for scan.")] = None,
+    fail_on: Annotated[FailLevel | None, typer.Option(help="As for scan.")] = None,
+    threshold: Annotated[list[str] | None, typer.Option(help="As for scan: NAME=VALUE.")] = None,
 ) -> None:
-    """Print the effective settings (defaults < config file < nothing else) and every threshold."""
+    """Print the effective settings (defaults < config file < flags), each with where it came from."""
+    from dataclasses import fields
     from pathlib import Path
 
-    from vlmlint.config import THRESHOLDS, ConfigError, find_config_file, read_config_file
+    from vlmlint.config import THRESHOLDS, ConfigError, ScanConfig, find_config_file, read_config_file
 
+    flags = {
+        "model": model,
+        "max_length": max_length,
+        "truncation_side": truncation_side,
+        "select": select,
+        "ignore": ignore,
+        "fail_on": fail_on.value if fail_on else None,
+        "thresholds": _parse_thresholds(threshold),
+    }
     try:
         path = Path(config_file) if config_file else find_config_file()
         settings = read_config_file(path) if path else {}
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    config = _load_config(".", flags, config_file)
+
+    def origin(key: str, from_file: dict, from_flags: dict) -> str:
+        if from_flags.get(key) is not None:
+            return "flag"
+        return "file" if key in from_file else "default"
+
     print(f"# config file: {path or 'none found'}")
-    for key, value in sorted(settings.items()):
-        if key != "thresholds":
-            print(f"{key} = {value!r}")
-    print("# thresholds (name = value  # meaning)")
-    overrides = settings.get("thresholds", {})
-    for name, (default, meaning) in THRESHOLDS.items():
+    print("# setting = value  # where it comes from: default, file or flag")
+    for item in fields(ScanConfig):
+        if item.name not in ("dataset", "batch_size", "config_root", "thresholds"):
+            value = _shown(getattr(config, item.name))
+            print(f"{item.name} = {value!r}  # {origin(item.name, settings, flags)}")
+    print("# thresholds: name = value  # where it comes from: meaning")
+    file_thresholds = {k.replace("-", "_"): v for k, v in (settings.get("thresholds") or {}).items()}
+    flag_thresholds = {k.replace("-", "_"): v for k, v in (flags["thresholds"] or {}).items()}
+    for name, (_, meaning) in THRESHOLDS.items():
         print(
-            f"{name} = {overrides.get(name, overrides.get(name.replace('_', '-'), default))!r}  # {meaning}"
+            f"{name} = {config.thresholds[name]!r}  "
+            f"# {origin(name, file_thresholds, flag_thresholds)}: {meaning}"
         )
+
+
+def _shown(value):
+    """A setting as plain data: enums by value, tuples as lists, tables as dicts."""
+    from collections.abc import Mapping
+
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_shown(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _shown(v) for k, v in value.items()}
+    return value
 
 
 @app.command("models")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -56,6 +57,9 @@ class ScanConfig:
     select: tuple[str, ...] = ()  # rule codes or prefixes; empty: all
     ignore: tuple[str, ...] = ()
     thresholds: Mapping[str, float] = field(default_factory=lambda: THRESHOLD_DEFAULTS)
+    # glob -> codes or prefixes dropped for findings of the files it matches (ruff's per-file-ignores)
+    per_source_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
 
     def rule_enabled(self, code: str) -> bool:
@@ -63,6 +67,24 @@ class ScanConfig:
         if self.select and not any(code.startswith(prefix) for prefix in self.select):
             return False
         return not any(code.startswith(prefix) for prefix in self.ignore)
+
+    def source_ignores(self, source: str) -> tuple[str, ...]:
+        """The codes or prefixes per-source-ignores drops for findings of `source` (a report path)."""
+        if not self.per_source_ignores:
+            return ()
+        if source.endswith("]") and "[" in source and os.path.exists(source[: source.rindex("[")]):
+            source = source[: source.rindex("[")]  # a saved dataset's "folder[split]"
+        path = os.path.abspath(source)
+        candidates = [path, os.path.basename(path)]
+        relative = os.path.relpath(path, self.config_root or os.getcwd())
+        if not relative.startswith(".."):
+            candidates.append(relative.replace(os.sep, "/"))
+        return tuple(
+            code
+            for pattern, codes in self.per_source_ignores.items()
+            if any(fnmatchcase(candidate, pattern) for candidate in candidates)
+            for code in codes
+        )
 
 
 def find_config_file(start: str | os.PathLike | None = None) -> Path | None:
@@ -95,7 +117,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if path.name == "pyproject.toml":
         data = data.get("tool", {}).get("vlmlint", {})
     settings = {key.replace("-", "_"): value for key, value in data.items()}
-    known = {f.name for f in fields(ScanConfig)} - {"dataset", "batch_size"}
+    known = {f.name for f in fields(ScanConfig)} - {"dataset", "batch_size", "config_root"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(
@@ -104,9 +126,41 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return settings
 
 
-def build_config(dataset: str, file_settings: Mapping[str, Any], flags: Mapping[str, Any]) -> ScanConfig:
-    """Merge defaults < config file < flags (a flag left at None does not override)."""
+def _codes(value: Any, what: str) -> tuple[str, ...]:
+    """Rule codes or prefixes from a list or a comma-separated string, upper-cased."""
+    if isinstance(value, str):
+        value = [part for part in value.replace(" ", "").split(",") if part]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what} must be a list of rule codes or prefixes, got {value!r}")
+    return tuple(v.upper() for v in value)
+
+
+def _per_source_ignores(value: Any) -> Mapping[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f'per-source-ignores must be a table {{ "glob" = ["VLM2"] }}, got {value!r}')
+    return MappingProxyType(
+        {
+            str(glob).removeprefix("./"): _codes(codes, f"per-source-ignores {glob!r}")
+            for glob, codes in value.items()
+        }
+    )
+
+
+def build_config(
+    dataset: str,
+    file_settings: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    config_root: str | os.PathLike | None = None,
+) -> ScanConfig:
+    """Merge defaults < config file < flags (a flag left at None does not override).
+
+    `config_root`: the config file's folder, which relative per-source-ignores globs start from.
+    """
     merged: dict[str, Any] = dict(file_settings)
+    if "per_source_ignores" in merged:
+        merged["per_source_ignores"] = _per_source_ignores(merged["per_source_ignores"])
+    if config_root is not None:
+        merged["config_root"] = os.path.abspath(config_root)
     merged.update({key: value for key, value in flags.items() if value is not None})
     thresholds = dict(THRESHOLD_DEFAULTS)
     for name, value in dict(merged.pop("thresholds", {}) or {}).items():
@@ -117,11 +171,8 @@ def build_config(dataset: str, file_settings: Mapping[str, Any], flags: Mapping[
             raise ConfigError(f"threshold {name!r} must be a number, got {value!r}")
         thresholds[key] = value
     for key in ("select", "ignore"):
-        value = merged.get(key)
-        if isinstance(value, str):
-            value = [part for part in value.replace(" ", "").split(",") if part]
-        if value is not None:
-            merged[key] = tuple(str(v).upper() for v in value)
+        if merged.get(key) is not None:
+            merged[key] = _codes(merged[key], key)
     if "fail_on" in merged:
         try:
             merged["fail_on"] = Severity(str(merged["fail_on"]))

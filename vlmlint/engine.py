@@ -139,6 +139,7 @@ class Scanner:
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
+        self._source_ignores: dict[str, tuple[str, ...]] = {}  # source -> per-source-ignores codes
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
             lambda h, w, n: self.family.count(h, w, settings, images_in_row=n)
         )
@@ -401,7 +402,19 @@ class Scanner:
         )
 
     def check(self, result: RowResult) -> tuple[Finding, ...]:
-        return tuple(finding for rule in self.rules for finding in rule.check(result, self.context))
+        findings = tuple(finding for rule in self.rules for finding in rule.check(result, self.context))
+        if findings and self.config.per_source_ignores:
+            findings = tuple(finding for finding in findings if self.keep(finding))
+        return findings
+
+    def keep(self, finding: Finding) -> bool:
+        """Whether select/ignore and per-source-ignores let this finding through (also --verify's)."""
+        if not self.config.rule_enabled(finding.code):
+            return False
+        ignored = self._source_ignores.get(finding.source)
+        if ignored is None:  # glob matching once per file, not per finding
+            ignored = self._source_ignores[finding.source] = self.config.source_ignores(finding.source)
+        return not finding.code.startswith(ignored)
 
     def scan_samples(self, samples: Iterable[Sample]) -> Iterator[RowOutcome]:
         """One scan of `samples`: rules that compare rows (duplicate ids) start afresh with each call."""

@@ -83,6 +83,8 @@ class Sample:
     fields: tuple[str, ...] = ()
     # Pre-tokenized rows (processor output stored in the dataset): input_ids, labels, image_grid_thw...
     pretokenized: dict | None = field(default=None, compare=False, repr=False)
+    # Hash of the row's content as read (readers/fingerprint.py); baselines key findings by it.
+    fingerprint: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def location(self) -> str:

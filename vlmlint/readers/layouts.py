@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from vlmlint.readers.fingerprint import row_fingerprint
 from vlmlint.sample import IMAGE_PLACEHOLDER, ImageRef, Message, Part, Role, RowProblem, Sample
 
 LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions", "pretokenized")
@@ -386,6 +387,7 @@ def row_to_sample(
     whose fields fit no layout at all is VLM102, unless the layout was forced: then, like a row that
     fits another layout than its file's, it is VLM101 naming the field its layout lacks.
     """
+    fingerprint = row_fingerprint(row)
     if not isinstance(row, Mapping):
         kind = _JSON_TYPES.get(type(row).__name__, "null" if row is None else type(row).__name__)
         return Sample(
@@ -393,11 +395,12 @@ def row_to_sample(
             index=index,
             line=line,
             problems=(RowProblem("VLM101", f"row is a JSON {kind}, not an object"),),
+            fingerprint=fingerprint,
         )
     fields = tuple(str(k) for k in row)
     raw_id = row.get("id", row.get("uid"))
     row_id = None if raw_id is None else str(raw_id)
-    base = dict(source=source, index=index, line=line, id=row_id, fields=fields)
+    base = dict(source=source, index=index, line=line, id=row_id, fields=fields, fingerprint=fingerprint)
     chosen = layout or detect_layout(row)
     if chosen is None:
         return Sample(**base, problems=(_unknown_layout(fields),))

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
 from vlmlint.sample import RowProblem, Sample
 
@@ -29,8 +30,9 @@ class _FileLayout:
         return self.value
 
 
-def _malformed(source: str, index: int, line: int | None, message: str) -> Sample:
-    return Sample(source=source, index=index, line=line, problems=(RowProblem("VLM101", message),))
+def _malformed(source: str, index: int, line: int | None, message: str, raw: bytes) -> Sample:
+    problems = (RowProblem("VLM101", message),)
+    return Sample(source=source, index=index, line=line, problems=problems, fingerprint=hash_bytes(raw))
 
 
 def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
@@ -46,7 +48,7 @@ def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source:
             try:
                 row = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                yield _malformed(source, index, line_number, f"line is not valid JSON: {exc}")
+                yield _malformed(source, index, line_number, f"line is not valid JSON: {exc}", raw.strip())
             else:
                 yield row_to_sample(
                     row,
@@ -91,4 +93,5 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
                 )
                 index += 1
         except ijson.JSONError as exc:
-            yield _malformed(source, index, None, f"JSON array is malformed after item {index}: {exc}")
+            message = f"JSON array is malformed after item {index}: {exc}"
+            yield _malformed(source, index, None, message, message.encode())  # no raw bytes to hash

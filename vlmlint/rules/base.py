@@ -7,9 +7,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from hashlib import blake2b
 from typing import ClassVar
 
-from vlmlint.sample import RowResult
+from vlmlint.sample import RowResult, Sample
 
 _CODE = re.compile(r"^VLM\d{3}$")
 _NAME = re.compile(r"^[a-z]+(-[a-z]+)*$")
@@ -37,6 +38,8 @@ class Finding:
     line: int | None
     index: int
     id: str | None
+    # Rule code + the row's content hash (not its position): what a baseline matches on.
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +52,7 @@ class Finding:
             "line": self.line,
             "index": self.index,
             "id": self.id,
+            "fingerprint": self.fingerprint,
         }
 
 
@@ -122,4 +126,11 @@ class Rule:
             line=sample.line,
             index=sample.index,
             id=sample.id,
+            fingerprint=finding_fingerprint(self.code, sample),
         )
+
+
+def finding_fingerprint(code: str, sample: Sample) -> str:
+    """blake2b of the code and the row's content hash (its position when a caller built the Sample)."""
+    row = sample.fingerprint or f"{sample.source}[{sample.index}]"
+    return blake2b(f"{code}:{row}".encode(), digest_size=16).hexdigest()
