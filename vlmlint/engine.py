@@ -136,6 +136,7 @@ class Scanner:
             merge_size=getattr(settings, "merge_size", None),
         )
         self.template = self.model.chat_template if config.use_chat_template else None
+        self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
@@ -259,6 +260,14 @@ class Scanner:
             if not self.family.placeholder:  # a plain encoder: only the text (a caption) is tokenized
                 return "\n".join(turn for turn in turns if turn)
             return "\n".join(turns)
+        if self._shape_cache is None:
+            from vlmlint.template_cache import ShapeCache
+
+            self._shape_cache = ShapeCache(self._render_template)
+        return self._shape_cache.render(messages)
+
+    def _render_template(self, messages: tuple[Message, ...]) -> str:
+        """One full jinja render, exactly as processor.apply_chat_template does it."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
         prompts, _ = render_jinja_template(
