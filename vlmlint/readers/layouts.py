@@ -60,6 +60,7 @@ class ImageResolver:
     def __init__(self, base_dir: str, image_root: str | None = None):
         self.base_dir = os.path.abspath(image_root or base_dir)
         self.real_root = os.path.realpath(self.base_dir)
+        self._real_folders: dict[str, str] = {}
 
     def __call__(self, value: Any) -> ImageRef:
         if isinstance(value, Mapping):
@@ -89,8 +90,20 @@ class ImageResolver:
 
     def _inside(self, path: str) -> bool:
         """Whether the file, with every symlink followed, stays under the dataset folder."""
-        real = os.path.realpath(path)
+        if os.path.islink(path):
+            real = os.path.realpath(path)
+        else:  # one realpath per folder, not per file: datasets hold many images per folder
+            folder, name = os.path.split(path)
+            real = os.path.join(self._real_folder(folder), name)
         return real == self.real_root or real.startswith(self.real_root + os.sep)
+
+    def _real_folder(self, folder: str) -> str:
+        real = self._real_folders.get(folder)
+        if real is None:
+            if len(self._real_folders) > 65536:
+                self._real_folders.clear()
+            real = self._real_folders[folder] = os.path.realpath(folder)
+        return real
 
 
 def _short(value: Any, limit: int = 60) -> str:
