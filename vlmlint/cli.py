@@ -177,6 +177,12 @@ def scan(
         str | None,
         typer.Option(help="Record every finding in this baseline file and exit 0 (accept them as they are)."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", help="Worker processes (default 0: every core; 1: this process only).", min=0
+        ),
+    ] = None,
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
@@ -206,8 +212,9 @@ def scan(
         "ignore": ignore,
         "fail_on": fail_on.value if fail_on else None,
         "thresholds": _parse_thresholds(threshold),
+        "jobs": jobs,
     }
-    config = _load_config(datasets[0], flags, config_file)
+    config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
     exact = config.exact
     try:
@@ -378,15 +385,18 @@ def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
     return parsed
 
 
-def _load_config(dataset: str, flags: dict, config_file: str | None):
-    """Defaults < [tool.vlmlint] / vlmlint.toml < flags; a bad file or value exits 2."""
+def _load_config(dataset: str, flags: dict, config_file: str | None, defaults: dict | None = None):
+    """Defaults < [tool.vlmlint] / vlmlint.toml < flags; a bad file or value exits 2.
+
+    `defaults`: the command's own defaults where they differ from ScanConfig's (scan: every core).
+    """
     from pathlib import Path
 
     from vlmlint.config import ConfigError, build_config, find_config_file, read_config_file
 
     try:
         path = Path(config_file) if config_file else find_config_file()
-        file_settings = read_config_file(path) if path else {}
+        file_settings = {**(defaults or {}), **(read_config_file(path) if path else {})}
         if flags.get("thresholds") and file_settings.get("thresholds"):
             flags = {**flags, "thresholds": {**file_settings["thresholds"], **flags["thresholds"]}}
         return build_config(dataset, file_settings, flags, config_root=path.parent if path else None)

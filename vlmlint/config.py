@@ -61,6 +61,7 @@ class ScanConfig:
     per_source_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
+    jobs: int = 1  # worker processes (the CLI's default: every core); 1 scans in this process
 
     def rule_enabled(self, code: str) -> bool:
         """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
@@ -178,6 +179,13 @@ def build_config(
             merged["fail_on"] = Severity(str(merged["fail_on"]))
         except ValueError:
             raise ConfigError(f"fail-on must be error, warning or info, got {merged['fail_on']!r}") from None
+    jobs = merged.get("jobs", 1)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
+        raise ConfigError(f"jobs must be a whole number >= 0 (0: every core), got {jobs!r}")
+    if jobs == 0:
+        from vlmlint.runner import default_jobs
+
+        merged["jobs"] = default_jobs()
     if merged.get("truncation_side", "right") not in ("left", "right"):
         raise ConfigError(f"truncation-side must be left or right, got {merged['truncation_side']!r}")
     if not merged.get("model"):

@@ -447,4 +447,8 @@ class Scanner:
             split=config.split,
             streaming=config.streaming,
         )
+        if config.jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
+            from vlmlint.runner import scan_parallel
+
+            return scan_parallel(self, samples, config.jobs)
         return self.scan_samples(samples)

@@ -1,0 +1,86 @@
+"""--jobs: worker processes give the same outcomes, in the same order, as one process."""
+
+from __future__ import annotations
+
+import shutil
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import DATASETS, PROCESSORS
+from vlmlint.cli import app
+from vlmlint.config import ConfigError, ScanConfig, build_config
+from vlmlint.engine import Scanner
+from vlmlint.report import row_record
+from vlmlint.runner import is_stateful
+
+MODEL = str(PROCESSORS / "qwen2-vl")
+
+
+def _dataset(tmp_path, copies: int = 12):
+    """The catalogue's rows (every rule's case, broken lines included) many times over, ids repeating."""
+    folder = tmp_path / "data"
+    shutil.copytree(DATASETS / "catalogue" / "images", folder / "images")
+    lines = (DATASETS / "catalogue" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    with open(folder / "rows.jsonl", "w", encoding="utf-8") as out:
+        for copy in range(copies):
+            for line in lines:
+                # Every third copy keeps its ids: duplicate ids across chunks (a rule that compares rows).
+                out.write((line if copy % 3 == 0 else line.replace('"cat-', f'"c{copy}-')) + "\n")
+    return folder / "rows.jsonl"
+
+
+def _outcomes(path, jobs: int, batch_size: int = 16):
+    config = build_config(str(path), {}, {"model": MODEL, "jobs": jobs})
+    scanner = Scanner(ScanConfig(**{**config.__dict__, "batch_size": batch_size}))
+    return [(row_record(o), [f.to_dict() for f in o.findings]) for o in scanner.scan()]
+
+
+def test_two_workers_equal_one_process(tmp_path):
+    path = _dataset(tmp_path)
+    one, two = _outcomes(path, 1), _outcomes(path, 2)
+    assert len(one) == len(two) > 4 * 16  # several chunks went through the pool
+    assert one == two
+    codes = {f["code"] for _, findings in one for f in findings}
+    assert "VLM107" in codes and "VLM101" in codes and "VLM103" in codes
+
+
+def test_small_inputs_stay_in_this_process(tmp_path, monkeypatch):
+    import vlmlint.runner as runner
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", None)  # a pool would fail loudly
+    assert _outcomes(DATASETS / "llava" / "data.jsonl", 2, batch_size=256)
+
+
+def test_only_duplicate_ids_compare_rows():
+    from vlmlint.rules import ALL_RULES
+
+    assert [rule.code for rule in ALL_RULES if is_stateful(rule())] == ["VLM107"]
+
+
+def test_cli_jobs_flag_and_config(tmp_path):
+    path = _dataset(tmp_path, copies=30)
+    runner = CliRunner()
+    base = ["scan", str(path), "--model", MODEL, "--verify", "0", "-q", "--format", "jsonl", "--all-rows"]
+    one = runner.invoke(app, [*base, "--jobs", "1"])
+    two = runner.invoke(app, [*base, "-j", "2"])
+    every = runner.invoke(app, base)  # default: every core
+    assert one.exit_code == two.exit_code == every.exit_code == 1
+    assert one.stdout == two.stdout == every.stdout
+    assert len(one.stdout.splitlines()) == 30 * len(
+        (DATASETS / "catalogue" / "chat.jsonl").read_text().splitlines()
+    )
+    report = orjson.loads(runner.invoke(app, [*base[:-3], "--format", "json", "-j", "2"]).stdout)
+    assert report["summary"]["samples"] == len(one.stdout.splitlines())
+    bad = runner.invoke(app, [*base, "--jobs", "-1"])
+    assert bad.exit_code == 2
+
+
+def test_jobs_in_config_file(tmp_path):
+    assert build_config("x", {"jobs": 3}, {}).jobs == 3
+    assert build_config("x", {"jobs": 0}, {}).jobs >= 1
+    assert build_config("x", {"jobs": 3}, {"jobs": 1}).jobs == 1
+    for bad in (-1, "2", True, 1.5):
+        with pytest.raises(ConfigError):
+            build_config("x", {"jobs": bad}, {})
