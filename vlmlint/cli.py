@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
 from dataclasses import replace
 from enum import Enum
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer

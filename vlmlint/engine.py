@@ -309,14 +309,19 @@ class Scanner:
             prepared.count_error = f"processor: {exc}"
         return prepared
 
-    def compose(self, rendered: str, counts: list[ImageCount]) -> tuple[str, int]:
-        """The processor's text with every run of one special token written once, and the ids saved."""
-        text, saved, _ = self._compose(rendered, counts)
+    def compose(self, rendered: str, counts: list[ImageCount], settings: Any = None) -> tuple[str, int]:
+        """The processor's text with every run of one special token written once, and the ids saved.
+
+        `settings`: other image settings than the model's (vlmlint stats tries image-size knobs).
+        """
+        text, saved, _ = self._compose(rendered, counts, settings)
         return text, saved
 
-    def _compose(self, rendered: str, counts: list[ImageCount]) -> tuple[str, int, list[_RunAt]]:
+    def _compose(
+        self, rendered: str, counts: list[ImageCount], settings: Any = None
+    ) -> tuple[str, int, list[_RunAt]]:
         """compose(), also saying where each image's runs sit in the text (for image spans)."""
-        settings = self.model.settings
+        settings = self.model.settings if settings is None else settings
         expansions = [self.family.expand(count, settings) for count in counts]
         if self.family.compose is not None:
             segments = self.family.compose(rendered, expansions, settings)

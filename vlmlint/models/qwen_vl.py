@@ -69,6 +69,17 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
+def max_pixels_saturation(height: int, width: int, factor: int) -> int:
+    """The max_pixels from which smart_resize no longer shrinks this image: its rounded area.
+
+    At max_pixels >= round(h/factor)*factor * round(w/factor)*factor the downscale branch is never
+    taken, so every larger max_pixels gives the same size. Below it the image is shrunk and its sides
+    never decrease as max_pixels grows; but the shrink keeps at least one factor-sized row, which can
+    give more tokens just below this point than at it (vlmlint stats cuts its search here).
+    """
+    return round(height / factor) * factor * (round(width / factor) * factor)
+
+
 def count(height: int, width: int, settings: QwenSettings, images_in_row: int = 1) -> ImageCount:
     if settings.do_resize:
         resized_height, resized_width = smart_resize(

@@ -77,10 +77,13 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
         return
     import ijson  # streaming parser with a C backend
 
+    from vlmlint.readers.array_lines import ArrayElementLines
+
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     file_layout = _FileLayout(layout)
     index = 0
-    with open(path, "rb") as handle:
+    with open(path, "rb") as raw:
+        handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
         try:
             for row in ijson.items(handle, "item", use_float=True):
                 yield row_to_sample(
@@ -89,9 +92,10 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
                     resolve=resolve,
                     source=source,
                     index=index,
+                    line=handle.take(),
                     from_first_row=file_layout.detected,
                 )
                 index += 1
         except ijson.JSONError as exc:
             message = f"JSON array is malformed after item {index}: {exc}"
-            yield _malformed(source, index, None, message, message.encode())  # no raw bytes to hash
+            yield _malformed(source, index, handle.take(), message, message.encode())  # no raw bytes to hash
