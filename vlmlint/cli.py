@@ -438,6 +438,98 @@ def dumps_line(record: dict) -> str:
     return orjson.dumps(record).decode() + "\n"
 
 
+# Why: `vlmlint stats` takes scan's model and dataset options as they are (same flags, same help).
+_SCAN = SimpleNamespace(**typing.get_type_hints(scan, include_extras=True))
+
+
+class StatsFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+def stats(
+    dataset: Annotated[
+        str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
+    ],
+    model: _SCAN.model = None,
+    layout: _SCAN.layout = None,
+    image_root: _SCAN.image_root = None,
+    split: _SCAN.split = None,
+    streaming: _SCAN.streaming = None,
+    max_length: _SCAN.max_length = None,
+    exact: _SCAN.exact = None,
+    chat_template: _SCAN.chat_template = None,
+    add_generation_prompt: _SCAN.add_generation_prompt = None,
+    trust_remote_code: _SCAN.trust_remote_code = None,
+    allow_remote: _SCAN.allow_remote = None,
+    allow_outside_root: _SCAN.allow_outside_root = None,
+    config_file: _SCAN.config_file = None,
+    output_format: Annotated[
+        StatsFormat, typer.Option("--format", "-f", help="text (histograms) or json (for CI).")
+    ] = StatsFormat.text,
+    quiet: _SCAN.quiet = False,
+) -> None:
+    """Histograms and percentiles of sequence lengths and image tokens, and the --max-length and image
+    setting (Qwen-VL max_pixels, Idefics3 size.longest_edge) that keep 100% / 99.9% / 99% of rows."""
+    from vlmlint.engine import Scanner
+    from vlmlint.models import ModelError
+    from vlmlint.readers import DatasetError
+    from vlmlint.stats import StatsCollector
+
+    flags = {
+        "model": model,
+        "layout": layout,
+        "image_root": image_root,
+        "split": split,
+        "streaming": streaming,
+        "max_length": max_length,
+        "exact": exact,
+        "use_chat_template": chat_template,
+        "add_generation_prompt": add_generation_prompt,
+        "trust_remote_code": trust_remote_code,
+        "allow_remote": allow_remote,
+        "allow_outside_root": allow_outside_root,
+    }
+    config = _load_config(dataset, flags, config_file)
+    try:
+        scanner = Scanner(config, rules=())  # counts only: no rule runs
+    except ModelError as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:
+        raise _fail(f"internal error while loading {config.model}: {type(exc).__name__}: {exc}") from None
+    if scanner.model.notice and not quiet:
+        _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
+    try:
+        collector = StatsCollector(scanner, dataset)
+        with _progress(not quiet and sys.stderr.isatty()) as progress:
+            task = progress.add_task(f"counting {dataset}", total=None)
+            for outcome in scanner.scan():
+                collector.add(outcome)
+                progress.advance(task)
+        result = collector.result()
+    except DatasetError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted") from None
+    except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
+        raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
+    if output_format is StatsFormat.json:
+        sys.stdout.write(orjson_dumps(result.to_dict()))
+    else:
+        from vlmlint.report.stats_text import render_stats
+
+        width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 160))
+        render_stats(result, Console(width=width), model_name=config.model)
+    sys.stdout.flush()
+
+
+def orjson_dumps(record: dict) -> str:
+    import orjson
+
+    return orjson.dumps(record, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
 @app.command("rules")
 def list_rules() -> None:
     """List every rule: code, name, default severity and what it finds."""
