@@ -5,6 +5,7 @@ Exit codes: 0 no finding at or above --fail-on; 1 such findings; 2 usage or inte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import typing
@@ -21,6 +22,7 @@ from vlmlint.report.formats import FORMAT_NAMES
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # interrupted: a partial report marked incomplete was written
 
 app = typer.Typer(
     name="vlmlint",
@@ -235,8 +237,9 @@ def scan(
     unreadable: list[str] = []  # datasets of a multi-dataset scan that could not be opened
     verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
     show_progress = not quiet and sys.stderr.isatty()
+    interrupted: str | None = None  # SIGINT or SIGTERM: the report is partial, marked incomplete
     try:
-        with _progress(show_progress) as progress:
+        with _progress(show_progress) as progress, _signals_raise():
             for dataset in datasets:  # one model, one summary: the report covers every dataset
                 task = progress.add_task(f"scanning {dataset}", total=None)
                 try:
@@ -269,9 +272,14 @@ def scan(
     except DatasetError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
-    except KeyboardInterrupt:
-        _discard(stdout)
-        raise _fail("interrupted") from None
+    except (KeyboardInterrupt, _Terminated) as exc:
+        # Why not just exit: hours of scanning are worth a partial report (rows so far, marked incomplete).
+        interrupted = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
+        _stderr().print(
+            f"vlmlint: interrupted ({interrupted}) after {summary.samples} rows; writing a partial report",
+            highlight=False,
+            soft_wrap=True,
+        )
     except BrokenPipeError:
         raise  # the reader of stdout went away (e.g. `| head`); main() ends quietly
     except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
@@ -283,6 +291,11 @@ def scan(
         settings["datasets"] = list(datasets)
         settings["unreadable"] = unreadable
     full_report = build_report(summary, scanner.model.describe(), settings)
+    if interrupted:
+        full_report["incomplete"] = {
+            "reason": f"interrupted by {interrupted}",
+            "rows_scanned": summary.samples,
+        }
     if baseline is not None:
         full_report["summary"]["baseline"] = baseline.to_dict()
         _stderr().print(
@@ -304,6 +317,7 @@ def scan(
             model_name=config.model,
             max_rows=table_rows,
             text_tokens_estimated=scanner.model.text_tokens_estimated,
+            incomplete=full_report.get("incomplete"),
         )
     elif output_format.value != "jsonl":
         from vlmlint.report.formats import ReportInput, render
@@ -325,6 +339,8 @@ def scan(
         stdout.commit()
     else:
         stdout.flush()
+    if interrupted:  # the shell's convention: 128 + the signal's number
+        raise typer.Exit(EXIT_SIGINT if interrupted == "SIGINT" else EXIT_SIGTERM)
     if unreadable:
         raise _fail(
             f"{len(unreadable)} of {len(datasets)} datasets could not be read: {', '.join(unreadable)}"
@@ -333,6 +349,29 @@ def scan(
         _write_baseline(write_baseline, summary.findings)
         raise typer.Exit(EXIT_CLEAN)
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread as KeyboardInterrupt is for SIGINT."""
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """While scanning, SIGTERM raises _Terminated (CI runners and `timeout` send it before killing)."""
+    import signal
+
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (a test runner's worker thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _OutputFile:

@@ -27,6 +27,7 @@ def render_text(
     model_name: str,
     max_rows: int = 200,
     text_tokens_estimated: str | None = None,
+    incomplete: dict | None = None,
 ) -> None:
     findings_shown = 0
     if summary.flagged:
@@ -69,6 +70,13 @@ def render_text(
         )
     console.print(stats)
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if incomplete:
+        console.print(
+            Text(
+                f"INCOMPLETE: {incomplete['reason']}; only the rows scanned so far are reported",
+                style="bold red",
+            )
+        )
     if text_tokens_estimated:
         console.print(
             Text(
