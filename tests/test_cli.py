@@ -169,3 +169,16 @@ def test_broken_fixture_scan_reaches_the_end_and_exits_1():
     assert len(rows) == len(expected["rows"])  # every row, bad ones included, is reported
     for row, spec in zip(rows, expected["rows"], strict=True):
         assert set(spec["codes"]) <= set(row["findings"]), (row["line"], row["findings"])
+
+
+def test_output_files_are_readable_as_the_umask_allows(tmp_path):
+    import os
+
+    path = make_dataset(tmp_path, [GOOD])
+    out, report = tmp_path / "out.json", tmp_path / "report.json"
+    result = scan(path, "--model", MODEL, "--format", "json", "-o", str(out), "--report", str(report))
+    assert result.exit_code == 0, result.output
+    umask = os.umask(0)
+    os.umask(umask)
+    for written in (out, report):
+        assert written.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600

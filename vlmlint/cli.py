@@ -385,6 +385,9 @@ class _OutputFile:
         if not os.path.isdir(folder):
             raise _fail(f"--output: folder {folder} does not exist")
         handle, self.temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
+        from vlmlint.report.json_report import readable_as_umask_allows
+
+        readable_as_umask_allows(handle)
         self.stream = os.fdopen(handle, "w", encoding="utf-8")
 
     def write(self, text: str) -> int:

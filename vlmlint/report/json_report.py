@@ -81,10 +81,18 @@ def write_report_file(path: str, data: dict[str, Any]) -> None:
     write_atomic(path, dumps(data) + b"\n")
 
 
+def readable_as_umask_allows(handle: int) -> None:
+    """mkstemp makes 0600 files; a report is shared like any file the user writes (0666 & ~umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(handle, 0o666 & ~umask)
+
+
 def write_atomic(path: str, content: bytes) -> None:
     """A reader never sees half a report: write a temporary file beside the target, then rename."""
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
+    readable_as_umask_allows(handle)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(content)
