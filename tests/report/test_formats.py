@@ -360,3 +360,18 @@ def test_cli_output_file_and_clean_exit(tiny):
     validate_sarif(json.loads((tiny / "out.sarif").read_text()))
     clean = scan("--format", "github", "--ignore", "VLM103")
     assert clean.exit_code == 0 and clean.stdout == ""
+
+
+def test_sarif_marks_an_interrupted_scan():
+    import json as _json
+
+    from vlmlint.report.formats import ReportInput
+    from vlmlint.report.sarif import render
+    from vlmlint.report.summary import Summary
+
+    report = {"vlmlint_version": "0", "model": {}, "settings": {}, "summary": {}, "findings": []}
+    report["incomplete"] = {"reason": "interrupted by SIGTERM", "rows_scanned": 5}
+    sarif = _json.loads(render(ReportInput(report=report, summary=Summary(), model_name="m")))
+    invocation = sarif["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    assert "SIGTERM" in invocation["toolExecutionNotifications"][0]["message"]["text"]

@@ -60,7 +60,7 @@ def sarif_log(report: dict[str, Any], cwd: str | None = None) -> dict[str, Any]:
                 "rules": rules,
             }
         },
-        "invocations": [{"executionSuccessful": True}],
+        "invocations": [_invocation(report.get("incomplete"))],
         "columnKind": "unicodeCodePoints",
         "results": [_result(item, index[item.code]) for item in located],
         "properties": {
@@ -117,4 +117,16 @@ def _result(item: Located, rule_index: int) -> dict[str, Any]:
         "locations": [{"physicalLocation": physical}],
         "partialFingerprints": {FINGERPRINT_KEY: item.fingerprint},
         "properties": properties,
+    }
+
+
+def _invocation(incomplete: dict | None) -> dict:
+    """A scan stopped by a signal did not finish: SARIF viewers show why."""
+    if not incomplete:
+        return {"executionSuccessful": True}
+    return {
+        "executionSuccessful": False,
+        "toolExecutionNotifications": [
+            {"level": "error", "message": {"text": f"{incomplete['reason']}: partial results"}}
+        ],
     }
