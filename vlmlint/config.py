@@ -63,6 +63,14 @@ class ScanConfig:
     batch_size: int = 256
     jobs: int = 1  # worker processes (the CLI's default: every core); 1 scans in this process
 
+    def __reduce__(self):
+        # Why: MappingProxyType fields do not pickle, and Ray actors, Spark executors and spawned
+        # workers receive the config pickled. Rebuilt with the same read-only tables.
+        state = {item.name: getattr(self, item.name) for item in fields(self)}
+        state["thresholds"] = dict(self.thresholds)
+        state["per_source_ignores"] = dict(self.per_source_ignores)
+        return (_unpickle_config, (state,))
+
     def rule_enabled(self, code: str) -> bool:
         """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
         if self.select and not any(code.startswith(prefix) for prefix in self.select):
@@ -86,6 +94,12 @@ class ScanConfig:
             if any(fnmatchcase(candidate, pattern) for candidate in candidates)
             for code in codes
         )
+
+
+def _unpickle_config(state: dict[str, Any]) -> ScanConfig:
+    state["thresholds"] = MappingProxyType(dict(state["thresholds"]))
+    state["per_source_ignores"] = MappingProxyType(dict(state["per_source_ignores"]))
+    return ScanConfig(**state)
 
 
 def find_config_file(start: str | os.PathLike | None = None) -> Path | None:
