@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import islice
@@ -157,7 +158,7 @@ class Scanner:
         try:
             if ref.url is not None and self.config.allow_remote:
                 ref = replace(ref, data=self._fetch(ref.url), url=None)
-            header = read_header(ref)
+            header = read_header(ref, max_decode_pixels=int(self.config.thresholds["bomb_pixels"]))
         except ImageProblem as problem:
             return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
         return ImageInfo(
@@ -435,12 +436,28 @@ class Scanner:
         for rule in self.rules:
             rule.reset()
         iterator = iter(samples)
-        while chunk := list(islice(iterator, self.config.batch_size)):
-            prepared = [self._prepare(sample) for sample in chunk]
-            lengths = iter(self._token_lengths([p.text for p in prepared if p.text is not None]))
-            for item in prepared:
-                result = self._result(item, next(lengths) if item.text is not None else None)
-                yield RowOutcome(result, self.check(result))
+        # The tokenizer (Rust, releases the GIL) works on chunk k in a thread while this thread reads,
+        # counts and renders chunk k+1 and runs the rules on chunk k-1: two cores busy, one process.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlmlint-tokenizer") as tokenizer:
+            pending: tuple[list[_Prepared], Future] | None = None
+            while True:
+                chunk = list(islice(iterator, self.config.batch_size))
+                submitted = None
+                if chunk:
+                    prepared = [self._prepare(sample) for sample in chunk]
+                    texts = [p.text for p in prepared if p.text is not None]
+                    submitted = (prepared, tokenizer.submit(self._token_lengths, texts))
+                if pending is not None:
+                    yield from self._finish(*pending)
+                if submitted is None:
+                    return
+                pending = submitted
+
+    def _finish(self, prepared: list[_Prepared], lengths: Future) -> Iterator[RowOutcome]:
+        counted = iter(lengths.result())
+        for item in prepared:
+            result = self._result(item, next(counted) if item.text is not None else None)
+            yield RowOutcome(result, self.check(result))
 
     def scan(self, dataset: str | None = None) -> Iterator[RowOutcome]:
         """Scan config.dataset, or another dataset with the same settings and the already loaded model."""
@@ -451,6 +468,7 @@ class Scanner:
             image_root=config.image_root,
             split=config.split,
             streaming=config.streaming,
+            allow_outside_root=config.allow_outside_root,
         )
         if config.jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
             from vlmlint.runner import scan_parallel
