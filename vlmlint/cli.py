@@ -329,7 +329,14 @@ def scan(
             text_tokens_estimated=scanner.model.text_tokens_estimated,
         )
         try:
-            stdout.write(render(output_format.value, rendered))
+            if output_format.value == "json":  # streamed: findings may not fit in memory at once
+                from vlmlint.report.json_report import iter_report_bytes
+
+                for piece in iter_report_bytes(full_report):
+                    stdout.write(piece.decode())
+                stdout.write("\n")
+            else:
+                stdout.write(render(output_format.value, rendered))
         except Exception as exc:  # a renderer bug still ends with exit 2 and one line
             _discard(stdout)
             raise _fail(

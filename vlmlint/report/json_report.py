@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -36,7 +37,7 @@ def build_report(summary: Summary, model: dict[str, Any], settings: dict[str, An
         "model": model,
         "settings": settings,
         "summary": summary.to_dict(),
-        "findings": [finding.to_dict() for finding in summary.findings],
+        "findings": FindingsView(summary),
     }
 
 
@@ -67,9 +68,47 @@ def row_record(outcome: RowOutcome) -> dict[str, Any]:
     }
 
 
+class FindingsView:
+    """A report's findings, as dicts, read from the summary (memory and spill file) on each iteration.
+
+    Why not a list: a scan of millions of rows can have millions of findings; the JSON writer streams
+    them, renderers iterate them, and nothing holds them all at once.
+    """
+
+    def __init__(self, summary: Summary) -> None:
+        self._summary = summary
+
+    def __iter__(self):
+        return (finding.to_dict() for finding in self._summary.iter_findings())
+
+    def __len__(self) -> int:
+        return sum(self._summary.by_code.values())
+
+
+def iter_report_bytes(data: dict[str, Any]):
+    """The report as orjson's 2-space indented JSON, in pieces: findings are streamed one by one."""
+    yield b"{"
+    for position, (key, value) in enumerate(data.items()):
+        yield (b",\n  " if position else b"\n  ") + orjson.dumps(key) + b": "
+        if isinstance(value, FindingsView):
+            empty = True
+            for record in value:
+                yield (b"[\n    " if empty else b",\n    ") + _indented(dumps(record), 4)
+                empty = False
+            yield b"[]" if empty else b"\n  ]"
+        else:
+            yield _indented(dumps(value), 2)
+    yield b"\n}" if data else b"}"
+
+
+def _indented(encoded: bytes, spaces: int) -> bytes:
+    # orjson escapes newlines inside strings, so every raw newline is between JSON tokens.
+    return encoded.replace(b"\n", b"\n" + b" " * spaces)
+
+
 def render(report) -> str:
     """The `json` format: the whole report, indented (report is a formats.ReportInput)."""
-    return dumps(report.report).decode() + "\n"
+    return b"".join(iter_report_bytes(report.report)).decode() + "\n"
 
 
 def dumps(data: Any) -> bytes:
@@ -78,7 +117,7 @@ def dumps(data: Any) -> bytes:
 
 def write_report_file(path: str, data: dict[str, Any]) -> None:
     """Write the JSON report atomically: a temporary file beside the target, then a rename."""
-    write_atomic(path, dumps(data) + b"\n")
+    write_atomic(path, iter_report_bytes(data), b"\n")
 
 
 def readable_as_umask_allows(handle: int) -> None:
@@ -88,14 +127,18 @@ def readable_as_umask_allows(handle: int) -> None:
     os.fchmod(handle, 0o666 & ~umask)
 
 
-def write_atomic(path: str, content: bytes) -> None:
+def write_atomic(path: str, content: bytes | Iterable[bytes], end: bytes = b"") -> None:
     """A reader never sees half a report: write a temporary file beside the target, then rename."""
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
     readable_as_umask_allows(handle)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(content)
+            if isinstance(content, bytes):
+                stream.write(content)
+            else:
+                stream.writelines(content)
+            stream.write(end)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import tempfile
 from array import array
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import IO
+
+import orjson
 
 from vlmlint.engine import RowOutcome
 from vlmlint.rules import Finding, Severity
+
+KEEP_FLAGGED_ROWS = 20_000  # rows with findings kept in memory; later ones' findings spill to disk
 
 
 def percentiles(values: array) -> dict[str, int | None]:
@@ -31,9 +38,15 @@ class Summary:
     by_severity: Counter = field(default_factory=Counter)
     seq_lens: array = field(default_factory=lambda: array("q"))
     image_tokens: array = field(default_factory=lambda: array("q"))
-    flagged: list[RowOutcome] = field(default_factory=list)  # only rows with findings are kept
+    # Rows with findings, in dataset order: the first `keep_rows` in memory (the text table and the HTML
+    # report show them); the findings of later rows go to a spill file, so memory stays flat.
+    flagged: list[RowOutcome] = field(default_factory=list)
     verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
     verify_disagreements: int = 0
+    keep_rows: int = KEEP_FLAGGED_ROWS
+    spilled_rows: int = 0
+    _spill: IO[bytes] | None = field(default=None, repr=False)
+    _late: list[RowOutcome] = field(default_factory=list, repr=False)  # --verify rows after a spill
 
     def add(self, outcome: RowOutcome) -> None:
         self.samples += 1
@@ -43,7 +56,10 @@ class Summary:
         self.image_tokens.extend(t for t in result.image_tokens if t is not None)
         if outcome.findings:
             self.samples_with_findings += 1
-            self.flagged.append(outcome)
+            if len(self.flagged) < self.keep_rows:
+                self.flagged.append(outcome)
+            else:
+                self._spill_findings(outcome.findings)
             for finding in outcome.findings:
                 self.by_code[finding.code] += 1
                 self.by_severity[finding.severity.value] += 1
@@ -55,17 +71,46 @@ class Summary:
         for outcome, finding in disagreements:
             position = next((i for i, o in enumerate(self.flagged) if o.result is outcome.result), None)
             if position is None:
-                self.samples_with_findings += 1
-                self.flagged.append(RowOutcome(outcome.result, (finding,)))
+                if not any(o.result is outcome.result for o in self._late):
+                    self.samples_with_findings += 1
+                # After a spill, a row's place is lost: its recheck finding comes after every row.
+                (self._late if self._spill is not None else self.flagged).append(
+                    RowOutcome(outcome.result, (finding,))
+                )
             else:
                 existing = self.flagged[position]
                 self.flagged[position] = RowOutcome(existing.result, existing.findings + (finding,))
             self.by_code[finding.code] += 1
             self.by_severity[finding.severity.value] += 1
 
+    def _spill_findings(self, findings: tuple[Finding, ...]) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile(prefix="vlmlint-findings-")  # gone when closed
+        self.spilled_rows += 1
+        for finding in findings:
+            self._spill.write(orjson.dumps(finding.to_dict()) + b"\n")
+
+    def iter_findings(self) -> Iterator[Finding]:
+        """Every finding in dataset order (memory, then the spill file, then late rechecks); re-iterable."""
+        for outcome in self.flagged:
+            yield from outcome.findings
+        if self._spill is not None:
+            self._spill.flush()
+            self._spill.seek(0)
+            for line in self._spill:
+                yield Finding.from_dict(orjson.loads(line))
+            self._spill.seek(0, 2)  # back to the end for later writes
+        for outcome in self._late:
+            yield from outcome.findings
+
     @property
     def findings(self) -> list[Finding]:
-        return [finding for outcome in self.flagged for finding in outcome.findings]
+        return list(self.iter_findings())
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
 
     def failing(self, fail_on: Severity) -> int:
         """How many findings are at or above the fail level."""

@@ -41,6 +41,11 @@ class Finding:
     # Rule code + the row's content hash (not its position): what a baseline matches on.
     fingerprint: str | None = None
 
+    @classmethod
+    def from_dict(cls, record: dict) -> Finding:
+        """The inverse of to_dict (findings spilled to disk are read back with it)."""
+        return cls(**{**record, "severity": Severity(record["severity"])})
+
     def to_dict(self) -> dict:
         return {
             "code": self.code,
