@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint fixtures docs bench clean
+.PHONY: install demo test lint fixtures docs bench bench-scale clean
 
 install: $(STAMP)
 
@@ -40,3 +40,8 @@ clean:
 # Figures for the README and the notes: the default path against the naive per-row processor loop.
 bench: install
 	$(BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models qwen2-vl,llava-v1.6-mistral-7b,idefics3-8b-llama3
+
+# Issue 7's figures: 100k and 1M-row JSONL and an embedded-bytes parquet, rows/s and peak RSS, the
+# --jobs report check and the naive-loop ratio on a 2k-row subset (data generated once, bench/.data/).
+bench-scale: install
+	$(BIN)/python bench/bench_scale.py --rows 100000,1000000 --parquet-rows 50000
