@@ -85,10 +85,13 @@ class Sample:
     pretokenized: dict | None = field(default=None, compare=False, repr=False)
     # Hash of the row's content as read (readers/fingerprint.py); baselines key findings by it.
     fingerprint: str | None = field(default=None, compare=False, repr=False)
+    key: str | None = None  # a webdataset sample's key in its tar shard (it has no line)
 
     @property
     def location(self) -> str:
-        return f"{self.source}:{self.line}" if self.line is not None else f"{self.source}[{self.index}]"
+        if self.line is not None:
+            return f"{self.source}:{self.line}"
+        return f"{self.source}:{self.key}" if self.key is not None else f"{self.source}[{self.index}]"
 
 
 @dataclass(frozen=True)

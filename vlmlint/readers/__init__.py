@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from vlmlint.readers.folder import has_metadata, is_image_name, read_imagefolder, read_sidecar_folder
 from vlmlint.readers.hf import (
@@ -15,6 +15,7 @@ from vlmlint.readers.hf import (
 )
 from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
 from vlmlint.readers.manifest import read_json, read_jsonl
+from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
 from vlmlint.sample import Sample
 
 __all__ = ["LAYOUTS", "DatasetError", "detect_layout", "iter_samples", "row_to_sample"]
@@ -33,12 +34,18 @@ def display_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def _read_file(path: str, layout: str | None, image_root: str | None) -> Iterator[Sample]:
+def _read_file(
+    path: str, layout: str | None, image_root: str | None, rel: Callable[[str], str] = display_path
+) -> Iterator[Sample]:
     extension = os.path.splitext(path)[1].lower()
     reader = MANIFEST_READERS.get(extension) or TABLE_READERS.get(extension)
+    if is_shard_name(path):
+        reader = read_webdataset
     if reader is None:
-        raise DatasetError(f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow)")
-    yield from reader(path, layout=layout, image_root=image_root, source=display_path(path))
+        raise DatasetError(
+            f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow, .tar shards)"
+        )
+    yield from reader(path, layout=layout, image_root=image_root, source=rel(path))
 
 
 def _dataset_files(folder: str) -> list[str]:
@@ -59,6 +66,18 @@ def _dataset_files(folder: str) -> list[str]:
     return found
 
 
+def _shard_files(folder: str) -> list[str]:
+    """WebDataset tar shards in a folder and below it, in path order (a folder without manifests)."""
+    found = []
+    for directory, subdirs, files in os.walk(folder):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if is_shard_name(name) and not name.startswith(".") and os.path.isfile(path):
+                found.append(path)
+    return found
+
+
 def iter_samples(
     target: str,
     *,
@@ -66,31 +85,43 @@ def iter_samples(
     image_root: str | None = None,
     split: str | None = None,
     streaming: bool = False,
+    rel: Callable[[str], str] = display_path,
 ) -> Iterator[Sample]:
-    """Stream the samples of a dataset file, folder or Hugging Face hub id.
+    """Stream the samples of a dataset file, folder, shard pattern or Hugging Face hub id.
 
     Folders: a save_to_disk dataset; an imagefolder (metadata.jsonl / metadata.csv); manifests and
-    parquet/arrow files inside it; else images with sidecar captions.
+    parquet/arrow files inside it; else webdataset tar shards; else images with sidecar captions. A
+    pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file it names in order; a
+    missing shard is a VLM101 row. `rel`: a path -> its name in reports.
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     if os.path.isfile(target):
-        yield from _read_file(target, layout, image_root)
+        yield from _read_file(target, layout, image_root, rel)
+        return
+    if is_shard_pattern(target):
+        paths = shard_paths(target)
+        if not paths:
+            raise DatasetError(f"{target}: the pattern names no file")
+        for path in paths:
+            if not is_shard_name(path) and not os.path.isfile(path):
+                raise DatasetError(f"{path}: no such file (named by the pattern {target})")
+            yield from _read_file(path, layout, image_root, rel)
         return
     if os.path.isdir(target):
         if is_saved_dataset(target):
-            yield from read_saved_dataset(
-                target, layout=layout, image_root=image_root, split=split, rel=display_path
-            )
+            yield from read_saved_dataset(target, layout=layout, image_root=image_root, split=split, rel=rel)
         elif has_metadata(target):
-            yield from read_imagefolder(target, layout=layout, image_root=image_root, rel=display_path)
-        elif files := _dataset_files(target):
+            yield from read_imagefolder(target, layout=layout, image_root=image_root, rel=rel)
+        elif files := _dataset_files(target) or _shard_files(target):
             for path in files:
-                yield from _read_file(path, layout, image_root)
+                yield from _read_file(path, layout, image_root, rel)
         elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
-            yield from read_sidecar_folder(target, image_root=image_root, rel=display_path)
+            yield from read_sidecar_folder(target, image_root=image_root, rel=rel)
         else:
-            raise DatasetError(f"{target}: no manifest, table, metadata file or image found in this folder")
+            raise DatasetError(
+                f"{target}: no manifest, table, tar shard, metadata file or image found in this folder"
+            )
         return
     if (
         target.count("/") == 1
