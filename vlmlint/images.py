@@ -9,8 +9,10 @@ files with trailers are not flagged). Animation and transparency come from the h
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import warnings
 from dataclasses import dataclass
 
@@ -22,6 +24,15 @@ from vlmlint.sample import ImageRef
 _SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})
 _TAIL_BYTES = 16384
 _END_MARKERS = {"JPEG": b"\xff\xd9", "MPO": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82", "GIF": b"\x3b"}
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
 
 
 class ImageProblem(Exception):
@@ -69,10 +80,16 @@ def _open(ref: ImageRef):
     if ref.data is not None:
         return io.BytesIO(ref.data)
     assert ref.path is not None
-    if not os.path.exists(ref.path):
-        raise ImageProblem("missing", f"image file not found: {ref.reference}")
-    if not os.path.isfile(ref.path):
-        raise ImageProblem("unreadable", f"not a regular file: {ref.reference}")
+    try:
+        mode = os.stat(ref.path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
+            raise ImageProblem("missing", f"image file not found: {ref.reference}") from None
+        raise ImageProblem("unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        # Why: opening a FIFO blocks the scan forever, a device never ends; only regular files are read.
+        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+        raise ImageProblem("unreadable", f"not a regular file: {ref.reference} (a {kind})")
     return ref.path
 
 
@@ -86,10 +103,10 @@ def _tail(ref: ImageRef) -> bytes:
         return handle.read()
 
 
-def _above_pil_limit(width: int, height: int) -> bool:
-    """Above PIL's decompression-bomb limit: Image.open would warn (and raise above twice it)."""
-    limit = Image.MAX_IMAGE_PIXELS
-    return limit is not None and width * height > limit
+def _decodable(width: int, height: int, max_pixels: int | None) -> bool:
+    """Whether a confirming decode is allowed: within PIL's decompression-bomb limit and the caller's."""
+    limits = [limit for limit in (Image.MAX_IMAGE_PIXELS, max_pixels) if limit is not None]
+    return not limits or width * height <= min(limits)
 
 
 def _looks_truncated(ref: ImageRef, image_format: str | None) -> bool:
@@ -149,6 +166,36 @@ def _tiff_data_end(image: Image.Image) -> int | None:
     return None
 
 
+def _raw_data_end(image: Image.Image) -> int | None:
+    """Where uncompressed rows of a known stride end (BMP): tile offset + stride x rows (None: unknown)."""
+    end = None
+    for tile in image.tile:
+        codec, box, offset, args = tile[0], tile[1], tile[2], tile[3]
+        if codec == "raw" and isinstance(args, tuple) and len(args) > 1 and isinstance(args[1], int):
+            if args[1] > 0 and box is not None:
+                end = max(end or 0, offset + args[1] * (box[3] - box[1]))
+    return end
+
+
+def _box_data_end(ref: ImageRef) -> int | None:
+    """Where an AVIF/HEIF file's last top-level ISOBMFF box ends, from the box headers (None: unknown)."""
+    stream = io.BytesIO(ref.data) if ref.data is not None else open(ref.path, "rb")
+    with stream:
+        position = 0
+        for _ in range(4096):  # a handful of boxes in practice (ftyp, meta, mdat); the bound guards the loop
+            stream.seek(position)
+            header = stream.read(16)
+            if len(header) < 8:
+                return position
+            size = int.from_bytes(header[:4], "big")
+            if size == 1 and len(header) == 16:
+                size = int.from_bytes(header[8:16], "big")  # a 64-bit size follows the type
+            if size < 8:
+                return None  # 0: the box runs to the end of the file; below 8: not a box header
+            position += size
+    return None
+
+
 def _size_of(ref: ImageRef) -> int:
     if ref.data is not None:
         return len(ref.data)
@@ -156,8 +203,12 @@ def _size_of(ref: ImageRef) -> int:
     return os.path.getsize(ref.path)
 
 
-def read_header(ref: ImageRef) -> ImageHeader:
-    """Size, format and mode from the header alone; raises ImageProblem for unusable images."""
+def read_header(ref: ImageRef, max_decode_pixels: int | None = None) -> ImageHeader:
+    """Size, format and mode from the header alone; raises ImageProblem for unusable images.
+
+    A file that looks truncated is decoded once to confirm, unless it has more pixels than PIL's
+    limit or `max_decode_pixels` (the bomb_pixels threshold): such images are never decoded.
+    """
     source = _open(ref)
     try:
         with warnings.catch_warnings():
@@ -177,18 +228,27 @@ def read_header(ref: ImageRef) -> ImageHeader:
                 bool({"A", "a"} & set(image.getbands())) or image.info.get("transparency") is not None
             )
             animated = _animated(image)
-            tiff_end = _tiff_data_end(image) if image_format == "TIFF" else None
+            if image_format == "TIFF":
+                data_end = _tiff_data_end(image)
+            elif image_format in ("AVIF", "HEIF"):
+                data_end = _box_data_end(ref)
+            else:
+                data_end = _raw_data_end(image)
     except UnidentifiedImageError:
         raise ImageProblem("unreadable", f"not an image file PIL can read: {ref.reference}") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageProblem("unreadable", f"cannot read image header of {ref.reference}: {exc}") from None
+    except Exception as exc:  # PIL's plugins raise struct.error, IndexError, EOFError... on hostile bytes
+        message = f"cannot read image header of {ref.reference}: {type(exc).__name__}: {exc}"
+        raise ImageProblem("unreadable", message) from None
     if width <= 0 or height <= 0:
         raise ImageProblem("unreadable", f"image {ref.reference} has an empty size {width}x{height}")
-    if tiff_end is not None and tiff_end > _size_of(ref):
-        decode_image(ref)  # the pixel data runs past the end of the file: confirm with one decode
-    elif _looks_truncated(ref, image_format) and not _above_pil_limit(width, height):
-        # Rare: confirm with one real decode, so files with trailing data after the marker pass.
-        # (Not for images above PIL's pixel limit: those are never decoded, VLM202 reports them.)
+    # Pixel data running past the end of the file (TIFF, BMP, AVIF), or a missing end marker: confirm with
+    # one real decode, so that files with trailing data after the marker pass. Never for images above
+    # the pixel limits, not even to confirm: VLM202 reports those.
+    if _decodable(width, height, max_decode_pixels) and (
+        (data_end is not None and data_end > _size_of(ref)) or _looks_truncated(ref, image_format)
+    ):
         decode_image(ref)
     shown_width, shown_height = (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
     return ImageHeader(
@@ -209,3 +269,6 @@ def decode_image(ref: ImageRef) -> Image.Image:
         raise ImageProblem("unreadable", f"not an image file PIL can read: {ref.reference}") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageProblem("unreadable", f"image {ref.reference} is truncated or corrupt: {exc}") from None
+    except Exception as exc:  # as in read_header: any decoder failure is the file's, not the scan's
+        message = f"image {ref.reference} is truncated or corrupt: {type(exc).__name__}: {exc}"
+        raise ImageProblem("unreadable", message) from None
