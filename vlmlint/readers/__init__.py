@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.folder import has_metadata, is_image_name, read_imagefolder, read_sidecar_folder
 from vlmlint.readers.hf import (
     is_saved_dataset,
@@ -16,16 +17,12 @@ from vlmlint.readers.hf import (
 from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
 from vlmlint.readers.manifest import read_json, read_jsonl
 from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
-from vlmlint.sample import Sample
+from vlmlint.sample import RowProblem, Sample
 
 __all__ = ["LAYOUTS", "DatasetError", "detect_layout", "iter_samples", "row_to_sample"]
 
 MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
 TABLE_READERS = {".parquet": read_parquet, ".arrow": read_arrow}
-
-
-class DatasetError(Exception):
-    """The dataset as a whole cannot be opened (not a per-row problem)."""
 
 
 def display_path(path: str) -> str:
@@ -48,8 +45,17 @@ def _read_file(
     yield from reader(path, layout=layout, image_root=image_root, source=rel(path))
 
 
+def outside_sample(path: str, target: str, rel: Callable[[str], str] = display_path) -> Sample:
+    """A data file that is a symlink out of the scanned folder: a VLM104 problem, the file not read."""
+    message = f"data file {rel(path)} is a symlink to {target}, outside the dataset folder: not read"
+    return Sample(source=rel(path), index=0, problems=(RowProblem("VLM104", message),))
+
+
 def _dataset_files(folder: str) -> list[str]:
-    """Manifests and tables in a folder and below it, in path order; dataset_info and the like skipped."""
+    """Manifests and tables in a folder and below it, in path order; dataset_info and the like skipped.
+
+    Only regular files: a FIFO named data.jsonl would block the scan forever.
+    """
     found = []
     for directory, subdirs, files in os.walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
@@ -61,8 +67,9 @@ def _dataset_files(folder: str) -> list[str]:
                 continue
             if extension == ".json" and stem in image_stems:
                 continue  # foo.json beside foo.jpg is a sidecar caption, not a manifest
-            if extension in MANIFEST_READERS or extension in TABLE_READERS:
-                found.append(os.path.join(directory, name))
+            path = os.path.join(directory, name)
+            if (extension in MANIFEST_READERS or extension in TABLE_READERS) and is_regular_file(path):
+                found.append(path)
     return found
 
 
@@ -73,7 +80,7 @@ def _shard_files(folder: str) -> list[str]:
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         for name in sorted(files):
             path = os.path.join(directory, name)
-            if is_shard_name(name) and not name.startswith(".") and os.path.isfile(path):
+            if is_shard_name(name) and not name.startswith(".") and is_regular_file(path):
                 found.append(path)
     return found
 
@@ -85,14 +92,16 @@ def iter_samples(
     image_root: str | None = None,
     split: str | None = None,
     streaming: bool = False,
+    allow_outside_root: bool = False,
     rel: Callable[[str], str] = display_path,
 ) -> Iterator[Sample]:
     """Stream the samples of a dataset file, folder, shard pattern or Hugging Face hub id.
 
     Folders: a save_to_disk dataset; an imagefolder (metadata.jsonl / metadata.csv); manifests and
     parquet/arrow files inside it; else webdataset tar shards; else images with sidecar captions. A
-    pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file it names in order; a
-    missing shard is a VLM101 row. `rel`: a path -> its name in reports.
+    data file of a folder that is a symlink out of it is a VLM104 problem and is not read, unless
+    `allow_outside_root`. A pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file
+    it names in order; a missing shard is a VLM101 row. `rel`: a path -> its name in reports.
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -112,12 +121,24 @@ def iter_samples(
         if is_saved_dataset(target):
             yield from read_saved_dataset(target, layout=layout, image_root=image_root, split=split, rel=rel)
         elif has_metadata(target):
-            yield from read_imagefolder(target, layout=layout, image_root=image_root, rel=rel)
+            yield from read_imagefolder(
+                target,
+                layout=layout,
+                image_root=image_root,
+                rel=rel,
+                allow_outside_root=allow_outside_root,
+            )
         elif files := _dataset_files(target) or _shard_files(target):
             for path in files:
-                yield from _read_file(path, layout, image_root, rel)
+                outside = None if allow_outside_root else outside_target(path, target)
+                if outside is not None:
+                    yield outside_sample(path, outside, rel)
+                else:
+                    yield from _read_file(path, layout, image_root, rel)
         elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
-            yield from read_sidecar_folder(target, image_root=image_root, rel=rel)
+            yield from read_sidecar_folder(
+                target, image_root=image_root, rel=rel, allow_outside_root=allow_outside_root
+            )
         else:
             raise DatasetError(
                 f"{target}: no manifest, table, tar shard, metadata file or image found in this folder"

@@ -28,10 +28,46 @@ def _fallback(value: Any) -> Any:
     return str(value)  # Decimal, date objects orjson lacks, numpy scalars...
 
 
+def _dumps_flat(row: Any) -> str:
+    """The text json.dumps writes below, without recursion: rows nested deeper than it can go.
+
+    (orjson stops at 255 levels and json.dumps near Python's recursion limit, while a JSONL line may
+    nest 1024 levels.) The same text as json.dumps, so a fingerprint never depends on which one ran.
+    """
+    pieces: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, row)]  # (is_text, item): text as it is, values encoded
+    while stack:
+        is_text, item = stack.pop()
+        if is_text:
+            pieces.append(item)
+            continue
+        if isinstance(item, dict):
+            todo: list[tuple[bool, Any]] = [(True, "{")]
+            for position, key in enumerate(sorted(item)):
+                name = key if isinstance(key, str) else json.dumps(key)  # json writes 1, true, null keys so
+                todo += [(True, ("," if position else "") + json.dumps(name) + ":"), (False, item[key])]
+            todo.append((True, "}"))
+        elif isinstance(item, (list, tuple)):
+            todo = [(True, "[")]
+            for position, value in enumerate(item):
+                todo += [(True, ",")] if position else []
+                todo.append((False, value))
+            todo.append((True, "]"))
+        else:
+            pieces.append(json.dumps(item, default=_fallback))
+            continue
+        stack.extend(reversed(todo))
+    return "".join(pieces)
+
+
 def row_fingerprint(row: Any) -> str:
     """The content hash of one parsed row (any JSON-like value)."""
     try:
         canonical = orjson.dumps(row, default=_fallback, option=_OPTIONS)
     except orjson.JSONEncodeError:  # integers beyond 64 bits, deep nesting: the slower stdlib encoder
-        canonical = json.dumps(row, sort_keys=True, default=_fallback, separators=(",", ":")).encode()
+        try:
+            text = json.dumps(row, sort_keys=True, default=_fallback, separators=(",", ":"))
+        except RecursionError:
+            text = _dumps_flat(row)
+        canonical = text.encode()
     return hash_bytes(canonical)

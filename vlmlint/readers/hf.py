@@ -8,9 +8,10 @@ cache files next to the dataset).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from vlmlint.readers.files import DatasetError
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
 from vlmlint.sample import Sample
 
@@ -54,37 +55,61 @@ def _pick_split(dataset_or_dict, split: str | None):
 def read_saved_dataset(
     folder: str, *, layout: str | None, image_root: str | None, split: str | None, rel
 ) -> Iterator[Sample]:
+    import pyarrow as pa
     from datasets import load_from_disk
 
-    dataset, split = _pick_split(load_from_disk(folder), split)
+    try:
+        loaded = load_from_disk(folder)
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:  # corrupt state/info files
+        raise DatasetError(f"{folder}: not a readable save_to_disk dataset: {exc}") from None
+    dataset, split = _pick_split(loaded, split)
     source = rel(folder) + (f"[{split}]" if split else "")
     resolve = ImageResolver(folder, image_root)
     yield from _rows_to_samples(_arrow_batches(dataset), layout=layout, resolve=resolve, source=source)
 
 
+def _table_errors(path: str, kind: str, batches: Callable[[], Iterator[list[dict[str, Any]]]]):
+    """Batches of a table file; a corrupt file (at its start or further in) is a DatasetError."""
+    import pyarrow as pa
+
+    try:
+        yield from batches()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
+
+
 def read_parquet(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
     import pyarrow.parquet as pq
 
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        parquet = pq.ParquetFile(path)
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+            yield batch.to_pylist()
+
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
-    parquet = pq.ParquetFile(path)
-    batches = (batch.to_pylist() for batch in parquet.iter_batches(batch_size=BATCH_ROWS))
-    yield from _rows_to_samples(batches, layout=layout, resolve=resolve, source=source)
+    rows = _table_errors(path, "parquet", batches)
+    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source)
 
 
 def read_arrow(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
     import pyarrow as pa
 
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        with pa.memory_map(path, "r") as source_file:
+            try:
+                reader = pa.ipc.open_stream(source_file)  # what datasets writes
+            except pa.ArrowInvalid:
+                source_file.seek(0)
+                reader = pa.ipc.open_file(source_file)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i).to_pylist()
+            else:
+                for batch in reader:
+                    yield batch.to_pylist()
+
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
-    with pa.memory_map(path, "r") as source_file:
-        try:
-            reader = pa.ipc.open_stream(source_file)  # what datasets writes
-        except pa.ArrowInvalid:
-            source_file.seek(0)
-            reader = pa.ipc.open_file(source_file)
-            batches = (reader.get_batch(i).to_pylist() for i in range(reader.num_record_batches))
-        else:
-            batches = (batch.to_pylist() for batch in reader)
-        yield from _rows_to_samples(batches, layout=layout, resolve=resolve, source=source)
+    rows = _table_errors(path, "Arrow", batches)
+    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source)
 
 
 def read_hub_dataset(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -67,7 +68,8 @@ class ImageResolver:
             # Hugging Face Image(decode=False) cells: {"bytes": ..., "path": ...}
             data, path = value.get("bytes"), value.get("path")
             if isinstance(data, (bytes, bytearray)) and data:
-                return ImageRef(reference=str(path or "<embedded bytes>"), data=bytes(data))
+                label = path if isinstance(path, str) and path else "<embedded bytes>"
+                return ImageRef(reference=label, data=bytes(data))
             if isinstance(path, str) and path:
                 return self(path)
             raise RowError(f"image entry has neither bytes nor a path: {_short(value)}")
@@ -106,8 +108,14 @@ class ImageResolver:
         return real
 
 
+# Bounded repr of any row value: a value nested 1000 levels deep or holding a million items is shown
+# by its first levels and items (plain repr would recurse past Python's limit, or build megabytes).
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 80, 80
+
+
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    text = repr(value[: limit + 1]) if isinstance(value, str) else _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -375,6 +383,13 @@ def _unknown_layout(fields: tuple[str, ...], detail: str = "") -> RowProblem:
     )
 
 
+def _id_text(raw_id: Any) -> str:
+    """A non-string id as text (ids are compared as text): str(), bounded for containers."""
+    if isinstance(raw_id, (list, tuple, Mapping)):
+        return _short(raw_id, 200)  # str() would recurse through any depth and write any length
+    return str(raw_id)
+
+
 def _list_notes(row: Mapping[str, Any], layout: str) -> tuple[RowProblem, ...]:
     """VLM106: "images" given as one string or object where the layout expects a list."""
     value = row.get("images")
@@ -412,7 +427,7 @@ def row_to_sample(
         )
     fields = tuple(str(k) for k in row)
     raw_id = row.get("id", row.get("uid"))
-    row_id = None if raw_id is None else str(raw_id)
+    row_id = None if raw_id is None else _id_text(raw_id)
     base = dict(source=source, index=index, line=line, id=row_id, fields=fields, fingerprint=fingerprint)
     chosen = layout or detect_layout(row)
     if chosen is None:

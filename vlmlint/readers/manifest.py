@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from hashlib import blake2b
 from typing import Any
 
 import orjson
 
+from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
 from vlmlint.sample import RowProblem, Sample
@@ -30,17 +32,69 @@ class _FileLayout:
         return self.value
 
 
-def _malformed(source: str, index: int, line: int | None, message: str, raw: bytes) -> Sample:
+# A JSONL line longer than this is reported (VLM101) and skipped unparsed: memory stays bounded by it
+# whatever the file holds (a 10 GB file without a newline). Real rows are kilobytes; stored
+# pixel_values belong in parquet/arrow files, which are read in batches.
+MAX_LINE_BYTES = 64 * 2**20
+_WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+    (b"\xff\xfe", "UTF-16"),
+)
+
+
+def _malformed(
+    source: str, index: int, line: int | None, message: str, raw: bytes, fingerprint: str | None = None
+) -> Sample:
     problems = (RowProblem("VLM101", message),)
-    return Sample(source=source, index=index, line=line, problems=problems, fingerprint=hash_bytes(raw))
+    fingerprint = fingerprint or hash_bytes(raw)
+    return Sample(source=source, index=index, line=line, problems=problems, fingerprint=fingerprint)
+
+
+def _check_encoding(path: str) -> None:
+    """JSON manifests are UTF-8 (RFC 8259; trainers' json.load too): a UTF-16/32 file is refused whole."""
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+    for mark, encoding in _WIDE_BOMS:
+        if start.startswith(mark):
+            raise DatasetError(
+                f"{path}: {encoding} text (byte-order mark), but JSON manifests are read as UTF-8; "
+                f"convert it, e.g. iconv -f {encoding} -t UTF-8"
+            )
+
+
+def _rest_of_line(handle, first: bytes) -> tuple[int, str]:
+    """Read past an over-long line in bounded chunks: its length and content hash, nothing kept."""
+    digest = blake2b(first, digest_size=16)
+    length = len(first)
+    while chunk := handle.readline(2**20):
+        length += len(chunk)
+        digest.update(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return length, digest.hexdigest()
+
+
+def _lines(handle) -> Iterator[tuple[bytes, bool]]:
+    """The file's lines, each at most MAX_LINE_BYTES + 1 bytes; (line, whole) with whole False for a cut one."""
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        yield raw, len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n")
 
 
 def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+    _check_encoding(path)
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     file_layout = _FileLayout(layout)
     index = 0
     with open(path, "rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, (raw, whole) in enumerate(_lines(handle), start=1):
+            if not whole:
+                length, fingerprint = _rest_of_line(handle, raw)
+                message = f"line is longer than {MAX_LINE_BYTES // 2**20} MiB ({length:,} bytes); not parsed"
+                yield _malformed(source, index, line_number, message, b"", fingerprint)
+                index += 1
+                continue
             if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # UTF-8 byte-order mark
             if not raw.strip():
@@ -70,6 +124,7 @@ def _first_significant_byte(path: str) -> bytes:
 
 def read_json(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
+    _check_encoding(path)
     first = _first_significant_byte(path)
     if first != b"[":
         # A single object, or JSON Lines saved as .json: the JSONL reader handles both.
@@ -77,7 +132,7 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
         return
     import ijson  # streaming parser with a C backend
 
-    from vlmlint.readers.array_lines import ArrayElementLines
+    from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
 
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     file_layout = _FileLayout(layout)
@@ -96,6 +151,14 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
                     from_first_row=file_layout.detected,
                 )
                 index += 1
-        except ijson.JSONError as exc:
-            message = f"JSON array is malformed after item {index}: {exc}"
+        except (ijson.JSONError, ElementLimit) as exc:
+            message = f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
             yield _malformed(source, index, handle.take(), message, message.encode())  # no raw bytes to hash
+
+
+def _first_line(exc: Exception) -> str:
+    """ijson's message without the excerpt of the file it quotes on the next lines (bytes at times)."""
+    text = exc.args[0] if exc.args else str(exc)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return (str(text).strip().splitlines() or [type(exc).__name__])[0].strip().rstrip(".")

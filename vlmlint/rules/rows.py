@@ -106,7 +106,9 @@ class ImageOutsideRoot(Rule):
 
     **Example** `{"image": "../shared/cat.jpg", ...}`, `{"image": "/home/me/cat.jpg", ...}`, or
     `images/cat.jpg` being a symlink to `/mnt/photos/cat.jpg`. The folder is the manifest's, or
-    --image-root when given. A symlink that stays inside the folder is fine.
+    --image-root when given. A symlink that stays inside the folder is fine. The same holds for the
+    files of a scanned folder: a manifest, metadata file or sidecar caption that is a symlink out of
+    it is reported here and not read.
 
     **Fix** Copy the image into the dataset folder and reference it by a relative path, pass
     --image-root with a folder that contains every image, or pass --allow-outside-root to read it.
@@ -117,6 +119,13 @@ class ImageOutsideRoot(Rule):
     severity = Severity.ERROR
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        for problem in row.sample.problems:  # a data file of the folder (the reader did not open it)
+            if problem.code == self.code:
+                yield self.finding(
+                    row,
+                    problem.message,
+                    "copy the file into the dataset folder instead of linking it, or pass --allow-outside-root",
+                )
         for position, info in enumerate(row.images, start=1):
             if info.error_code == "outside":
                 yield self.finding(
