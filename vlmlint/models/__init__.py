@@ -199,6 +199,9 @@ def load_model(name: str | None = None, *, trust_remote_code: bool = False) -> M
     return model
 
 
+_PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
+
+
 def _load_processor(name: str, trust_remote_code: bool) -> Model:
     preprocessor = _read_json(name, "preprocessor_config.json")
     processor_config = _read_json(name, "processor_config.json")
@@ -223,8 +226,12 @@ def _load_processor(name: str, trust_remote_code: bool) -> Model:
     image_processor_type = image_config.get("image_processor_type") or image_config.get(
         "feature_extractor_type"
     )
-    if not trust_remote_code and any(
-        "auto_map" in c for c in (image_config, processor_config, tokenizer_config)
+    # config.json's auto_map often names only custom model code, which vlmlint never loads; its
+    # processor entries are what transformers falls back to when the processor files name no class.
+    model_map = _read_json(name, "config.json").get("auto_map")
+    processor_map = isinstance(model_map, dict) and any(key in model_map for key in _PROCESSOR_AUTO_CLASSES)
+    if not trust_remote_code and (
+        processor_map or any("auto_map" in c for c in (image_config, processor_config, tokenizer_config))
     ):
         raise ModelError(
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
