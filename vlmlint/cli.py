@@ -305,7 +305,11 @@ def scan(
             soft_wrap=True,
         )
     if report:
-        write_report_file(report, full_report)
+        try:
+            write_report_file(report, full_report)
+        except OSError as exc:  # a missing folder, a full disk: one line, exit 2, no partial file left
+            _discard(stdout)
+            raise _fail(f"--report {report}: cannot write: {exc.strerror or exc}") from None
     if output_format.value == "text":
         from vlmlint.report.text import render_text
 
