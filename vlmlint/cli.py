@@ -187,6 +187,21 @@ def scan(
             "--jobs", "-j", help="Worker processes (default 0: every core; 1: this process only).", min=0
         ),
     ] = None,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            help="Predict what this trainer does to each row: hf (the raw processor, default), "
+            "llamafactory, swift, trl."
+        ),
+    ] = None,
+    pipeline_option: Annotated[
+        list[str] | None,
+        typer.Option(help="A trainer setting, KEY=VALUE (repeatable), e.g. cutoff_len=2048."),
+    ] = None,
+    dataset_name: Annotated[
+        str | None,
+        typer.Option("--dataset", help="With --pipeline llamafactory: the dataset_info.json entry to scan."),
+    ] = None,
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
@@ -217,13 +232,18 @@ def scan(
         "fail_on": fail_on.value if fail_on else None,
         "thresholds": _parse_thresholds(threshold),
         "jobs": jobs,
+        "pipeline": pipeline,
+        "pipeline_options": _parse_pipeline_options(pipeline_option),
+        "dataset_name": dataset_name,
     }
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
     exact = config.exact
+    from vlmlint.pipelines import PipelineError
+
     try:
         scanner = Scanner(config)
-    except ModelError as exc:
+    except (ModelError, PipelineError) as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
         raise _fail(f"internal error while loading {config.model}: {type(exc).__name__}: {exc}") from None
@@ -423,6 +443,29 @@ class _OutputFile:
 def _discard(stdout) -> None:
     if isinstance(stdout, _OutputFile):
         stdout.discard()
+
+
+def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | None:
+    """KEY=VALUE pairs; numbers and true/false become numbers and booleans, the rest stays text."""
+    if not values:
+        return None
+    parsed: dict[str, object] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--pipeline-option takes KEY=VALUE, got {item!r}")
+        value: object = raw.strip()
+        if raw.strip().lower() in ("true", "false"):
+            value = raw.strip().lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(raw)
+                    break
+                except ValueError:
+                    continue
+        parsed[key.strip().replace("-", "_")] = value
+    return parsed
 
 
 def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:

@@ -62,6 +62,9 @@ class ScanConfig:
     config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
     jobs: int = 1  # worker processes (the CLI's default: every core); 1 scans in this process
+    pipeline: str = "hf"  # the trainer whose preprocessing to predict (vlmlint/pipelines)
+    pipeline_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    dataset_name: str | None = None  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
 
     def __reduce__(self):
         # Why: MappingProxyType fields do not pickle, and Ray actors, Spark executors and spawned
@@ -193,6 +196,10 @@ def build_config(
             merged["fail_on"] = Severity(str(merged["fail_on"]))
         except ValueError:
             raise ConfigError(f"fail-on must be error, warning or info, got {merged['fail_on']!r}") from None
+    if not isinstance(merged.get("pipeline_options", {}), Mapping):
+        raise ConfigError(f"pipeline-options must be a table, got {merged['pipeline_options']!r}")
+    if "pipeline_options" in merged:
+        merged["pipeline_options"] = MappingProxyType(dict(merged["pipeline_options"]))
     jobs = merged.get("jobs", 1)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
         raise ConfigError(f"jobs must be a whole number >= 0 (0: every core), got {jobs!r}")

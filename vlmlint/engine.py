@@ -137,13 +137,18 @@ class Scanner:
             merge_size=getattr(settings, "merge_size", None),
         )
         self.template = self.model.chat_template if config.use_chat_template else None
+        from vlmlint.pipelines import load_pipeline
+
+        # The trainer's preprocessing (--pipeline): its image pre-resize and its fate for each row.
+        self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
         self._source_ignores: dict[str, tuple[str, ...]] = {}  # source -> per-source-ignores codes
+        resize = self.pipeline.resize
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
-            lambda h, w, n: self.family.count(h, w, settings, images_in_row=n)
+            lambda h, w, n: self.family.count(*resize(h, w), settings, images_in_row=n)
         )
 
     # -- images -----------------------------------------------------------------------------------
@@ -210,6 +215,7 @@ class Scanner:
                     except ImageProblem as problem:  # a full decode finds what the header could not
                         failed = replace(headers[position], error_code=problem.kind, error=problem.message)
                         return headers[:position] + (failed,) + headers[position + 1 :], None
+                decoded = [self._trainer_resized(image) for image in decoded]
                 counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
             else:
                 counts = [self._count(info.height, info.width, len(headers)) for info in headers]
@@ -227,6 +233,13 @@ class Scanner:
             for info, count in zip(headers, counts, strict=True)
         )
         return infos, list(counts)
+
+    def _trainer_resized(self, image: Any) -> Any:
+        """A decoded image at the size the trainer's pre-resize gives it (--pipeline)."""
+        height, width = self.pipeline.resize(image.height, image.width)
+        if (height, width) == (image.height, image.width):
+            return image
+        return image.resize((width, height))
 
     def _unrotated_tokens(self, info: ImageInfo, images_in_row: int) -> int | None:
         """For EXIF orientations 5-8: the count a pipeline that ignores the orientation would get."""
@@ -405,7 +418,7 @@ class Scanner:
                 settings = self.model.settings
                 taken = sum(self.family.position_span(count, settings) for count in prepared.counts)
                 max_position = seq_len - sum(count.tokens for count in prepared.counts) + taken - 1
-        return RowResult(
+        result = RowResult(
             sample=prepared.sample,
             images=prepared.images,
             placeholders=prepared.placeholders,
@@ -415,6 +428,11 @@ class Scanner:
             image_spans=spans,
             max_position_id=max_position,
         )
+        if seq_len is not None and self.pipeline.name != "hf":
+            fate = self.pipeline.fate(result, self, prepared)
+            if fate is not None:
+                result = replace(result, trainer=fate)
+        return result
 
     def check(self, result: RowResult) -> tuple[Finding, ...]:
         findings = tuple(finding for rule in self.rules for finding in rule.check(result, self.context))

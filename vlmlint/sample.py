@@ -132,6 +132,9 @@ class RowResult:
     # M-RoPE (Qwen-VL): the largest position id, as Qwen2VLModel.get_rope_index gives it (at most
     # seq_len - 1, since an image's tokens share positions).
     max_position_id: int | None = None
+    # --pipeline llamafactory|swift|trl: what that trainer does with the row (pipelines.TrainerFate);
+    # None with the raw processor (hf).
+    trainer: object | None = None
 
     @property
     def image_tokens(self) -> list[int | None]:

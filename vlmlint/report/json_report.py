@@ -28,6 +28,8 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
         # Renderers that open images again (HTML thumbnails) must honour the scan's permission.
         "allow_outside_root": config.allow_outside_root,
         "fail_on": config.fail_on.value,
+        "pipeline": config.pipeline,
+        "pipeline_options": dict(config.pipeline_options),
     }
 
 
@@ -64,6 +66,7 @@ def row_record(outcome: RowOutcome) -> dict[str, Any]:
         "image_tokens": result.image_tokens,
         "text_tokens": result.text_tokens,
         "seq_len": result.seq_len,
+        "trainer": _fate_record(result.trainer),
         "findings": [finding.code for finding in outcome.findings],
     }
 
@@ -104,6 +107,18 @@ def iter_report_bytes(data: dict[str, Any]):
 def _indented(encoded: bytes, spaces: int) -> bytes:
     # orjson escapes newlines inside strings, so every raw newline is between JSON tokens.
     return encoded.replace(b"\n", b"\n" + b" " * spaces)
+
+
+def _fate_record(fate: Any) -> dict[str, Any] | None:
+    """--pipeline: the trainer's predicted fate for the row (pipelines.TrainerFate)."""
+    if fate is None:
+        return None
+    return {
+        "status": fate.status,
+        "length": fate.length,
+        "answer_tokens_lost": fate.answer_tokens_lost,
+        "image_tokens_lost": fate.image_tokens_lost,
+    }
 
 
 def render(report) -> str:

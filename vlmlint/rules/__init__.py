@@ -46,6 +46,7 @@ from vlmlint.rules.rows import (
     RemoteImage,
     UnknownLayout,
 )
+from vlmlint.rules.trainer import TrainerCrash, TrainerDropsRow, TrainerRaises, TrainerTruncatesAnswer
 
 ALL_RULES: tuple[type[Rule], ...] = (
     MalformedRow,
@@ -80,6 +81,10 @@ ALL_RULES: tuple[type[Rule], ...] = (
     PositionIdsShape,
     LengthMismatch,
     GridPixelMismatch,
+    TrainerCrash,
+    TrainerTruncatesAnswer,
+    TrainerDropsRow,
+    TrainerRaises,
     CountDisagreement,
 )
 

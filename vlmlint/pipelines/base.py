@@ -1,0 +1,79 @@
+"""Trainer pipelines: what a trainer does to a row between the dataset and the model.
+
+The raw processor (`--pipeline hf`, the default) is not what a trainer feeds the model: trainers resize
+images first, apply their own templates, and truncate or drop long rows. A pipeline preset predicts,
+for each row, the trainer's fate for it (`TrainerFate`): kept as is, truncated (how many answer tokens
+are lost), dropped or deleted before training, an error raised (the run stops), or a crash (the cut falls
+inside an image's tokens, so image features and tokens no longer match). Rules VLM601-VLM604 turn fates
+into findings.
+
+A preset is one class with:
+- `name`, `trainer` (the trainer and the version whose behaviour it reproduces, e.g. "LLaMA-Factory 0.9.3");
+- `resize(height, width)`: the trainer's own image pre-resize, applied to header sizes before the
+  model family counts image tokens (identity by default);
+- `fate(result, scanner, prepared)`: the prediction for one counted row (None: nothing to say).
+  `scanner` gives the model (tokenizer, family, settings), `scanner.render(messages)` and
+  `scanner.image_spans(prepared)` (each image's token positions in input_ids); `prepared.counts` holds
+  each image's ImageCount and `prepared.text` the composed text the processor tokenizes.
+
+Presets are pure: no printing, no exits; options come from `--pipeline-option KEY=VALUE` (or
+`pipeline-options` in the config file) and are validated in the constructor (PipelineError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from vlmlint.engine import Scanner
+    from vlmlint.sample import RowResult
+
+FateStatus = Literal["kept", "truncated", "dropped", "raise", "crash"]
+
+
+class PipelineError(ValueError):
+    """A pipeline name or option vlmlint cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class TrainerFate:
+    """What the trainer does with one row."""
+
+    status: FateStatus
+    trainer: str  # e.g. "LLaMA-Factory 0.9.3 (cutoff_len 2048)"
+    length: int | None = None  # tokens the trainer feeds the model (after its truncation), if it does
+    answer_tokens_lost: int = 0  # trained-on (label) tokens cut away
+    image_tokens_lost: int = 0  # image placeholder tokens cut away (a crash when 0 < lost < all)
+    reason: str = ""  # one sentence: why, with the numbers
+    fix: str = ""  # one sentence: what to change
+
+
+class Pipeline:
+    """Base class of the presets; `hf` (the raw processor) is this class itself."""
+
+    name: ClassVar[str] = "hf"
+    trainer: ClassVar[str] = "the raw transformers processor"
+    option_names: ClassVar[tuple[str, ...]] = ()  # the --pipeline-option keys this preset accepts
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            known = ", ".join(self.option_names) or "none"
+            raise PipelineError(
+                f"--pipeline {self.name}: unknown option(s) {', '.join(unknown)}; known: {known}"
+            )
+        self.options = options
+
+    def resize(self, height: int, width: int) -> tuple[int, int]:
+        """The image size the trainer hands to the processor (its own pre-resize); identity here."""
+        return height, width
+
+    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
+        """The trainer's fate for a counted row; None when this preset predicts nothing (hf)."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "trainer": self.trainer, "options": dict(self.options)}
