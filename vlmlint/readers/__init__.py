@@ -115,6 +115,8 @@ def iter_samples(
         for path in paths:
             if not is_shard_name(path) and not os.path.isfile(path):
                 raise DatasetError(f"{path}: no such file (named by the pattern {target})")
+            if os.path.exists(path) and not is_regular_file(path):  # a FIFO would block the scan
+                raise DatasetError(f"{path}: not a regular file (named by the pattern {target})")
             yield from _read_file(path, layout, image_root, rel)
         return
     if os.path.isdir(target):
@@ -144,6 +146,8 @@ def iter_samples(
                 f"{target}: no manifest, table, tar shard, metadata file or image found in this folder"
             )
         return
+    if os.path.exists(target):  # a FIFO, socket or device: never opened (a FIFO would block the scan)
+        raise DatasetError(f"{target}: not a regular file or folder")
     if (
         target.count("/") == 1
         and not target.startswith((".", "/"))

@@ -50,7 +50,15 @@ MAX_STRING_BYTES = 16 * 2**20
 
 
 class ElementLimit(ValueError):
-    """An array element beyond MAX_DEPTH, MAX_ELEMENT_BYTES or MAX_STRING_BYTES; raised from `read`."""
+    """An array element beyond MAX_DEPTH, MAX_ELEMENT_BYTES or MAX_STRING_BYTES; raised from `read`.
+
+    `position`: where in its chunk the limit was passed; the bytes before it still reach ijson, so
+    the rows before the offending element are read.
+    """
+
+    def __init__(self, message: str, position: int):
+        super().__init__(message)
+        self.position = position
 
 
 class ArrayElementLines:
@@ -68,15 +76,24 @@ class ArrayElementLines:
         self._offset = 0  # bytes scanned before the current chunk
         self._element_start = 0  # offsets where the open element and the open string started
         self._string_start = 0
+        self._limit: ElementLimit | None = None
 
     def read(self, size: int = -1) -> bytes:
+        if self._limit is not None:
+            raise self._limit
         chunk = self._raw.read(size)
         if chunk and not self._started:
             self._started = True
             if chunk.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark, which ijson refuses
                 chunk = chunk[3:] or self._raw.read(size)
         if chunk:
-            self._scan(chunk)
+            try:
+                self._scan(chunk)
+            except ElementLimit as exc:
+                if not exc.position:
+                    raise
+                self._limit = exc  # raised on the next read, once ijson has the rows before it
+                return chunk[: exc.position]
         return chunk
 
     def take(self) -> int | None:
@@ -137,13 +154,13 @@ class ArrayElementLines:
                 if self._depth == 1:
                     self._expect = True  # the top-level '['
                 elif self._depth > MAX_DEPTH + 1:  # the array's own level does not count
-                    raise ElementLimit(f"an element is nested more than {MAX_DEPTH} levels deep")
+                    raise ElementLimit(f"an element is nested more than {MAX_DEPTH} levels deep", pos)
             else:  # a closing bracket
                 self._depth = max(0, self._depth - 1)
         self._line += chunk.count(b"\n", counted)
         self._offset += end
         # Strings and elements that the chunk cuts (those within a chunk are at most its 64 KiB).
         if self._in_string and self._offset - self._string_start > MAX_STRING_BYTES:
-            raise ElementLimit(f"a string is longer than {MAX_STRING_BYTES // 2**20} MiB")
+            raise ElementLimit(f"a string is longer than {MAX_STRING_BYTES // 2**20} MiB", end)
         if self._depth and not self._expect and self._offset - self._element_start > MAX_ELEMENT_BYTES:
-            raise ElementLimit(f"an element is larger than {MAX_ELEMENT_BYTES // 2**20} MiB")
+            raise ElementLimit(f"an element is larger than {MAX_ELEMENT_BYTES // 2**20} MiB", end)
