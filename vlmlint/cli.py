@@ -202,11 +202,19 @@ def scan(
         str | None,
         typer.Option("--dataset", help="With --pipeline llamafactory: the dataset_info.json entry to scan."),
     ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep a checkpoint in this file; if it holds an interrupted run of the same scan, "
+            "continue from it (removed when the scan completes)."
+        ),
+    ] = None,
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
+    from vlmlint.checkpoint import Position
     from vlmlint.engine import Scanner
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
@@ -258,17 +266,26 @@ def scan(
     verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
     show_progress = not quiet and sys.stderr.isatty()
     interrupted: str | None = None  # SIGINT or SIGTERM: the report is partial, marked incomplete
+    checkpoint, start = _open_checkpoint(resume, datasets, config, scanner, summary)
+    finished = False  # the scan ran to its end (a checkpoint is then removed)
     try:
         with _progress(show_progress) as progress, _signals_raise():
-            for dataset in datasets:  # one model, one summary: the report covers every dataset
+            for index, dataset in enumerate(datasets):  # one model, one summary: one report for all
+                if index < start.dataset_index:
+                    continue  # done before the interruption (--resume)
                 task = progress.add_task(f"scanning {dataset}", total=None)
+                rows = start.rows if index == start.dataset_index else 0
                 try:
-                    for outcome in scanner.scan(dataset):
+                    for outcome in scanner.scan(dataset, skip=rows):
                         if baseline is not None and outcome.findings:
                             outcome = replace(outcome, findings=baseline.filter(outcome.findings))
                         summary.add(outcome)
                         verifier.offer(outcome)
                         progress.advance(task)
+                        rows += 1
+                        if checkpoint is not None:
+                            checkpoint.record(outcome.findings)
+                            checkpoint.maybe_save(summary, Position(index, rows))
                         if output_format.value == "jsonl":
                             if all_rows:
                                 stdout.write(dumps_line(row_record(outcome)))
@@ -281,6 +298,8 @@ def scan(
                     # Why go on: a pre-commit run should still report the other files' rows.
                     unreadable.append(dataset)
                     _stderr().print(f"vlmlint: skipped: {exc}", highlight=False, soft_wrap=True)
+                if checkpoint is not None:
+                    checkpoint.maybe_save(summary, Position(index + 1, 0), force=True)
         if verifier.size:
             checked, disagreements = verifier.run(scanner)
             kept = [
@@ -289,6 +308,7 @@ def scan(
                 if scanner.keep(finding) and not (baseline and baseline.suppresses(finding))
             ]
             summary.add_verification(checked, kept)
+        finished = True
     except DatasetError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
@@ -305,6 +325,16 @@ def scan(
     except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
         _discard(stdout)
         raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
+    finally:
+        if checkpoint is not None:  # the last periodic save stays for --resume if the scan stopped
+            checkpoint.close()
+    if checkpoint is not None and (start.dataset_index or start.rows):
+        _stderr().print(
+            f"vlmlint: resumed from {resume}: {start.rows} row(s) of dataset {start.dataset_index + 1} "
+            f"and {start.dataset_index} earlier dataset(s) were counted before the interruption",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     settings = settings_record(config, scanner.context.max_length)
     if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
@@ -370,6 +400,8 @@ def scan(
         stdout.commit()
     else:
         stdout.flush()
+    if checkpoint is not None and finished and not interrupted and not unreadable:
+        checkpoint.remove()  # after the report: it read the findings restored from the checkpoint
     if interrupted:  # the shell's convention: 128 + the signal's number
         raise typer.Exit(EXIT_SIGINT if interrupted == "SIGINT" else EXIT_SIGTERM)
     if unreadable:
@@ -380,6 +412,22 @@ def scan(
         _write_baseline(write_baseline, summary.findings)
         raise typer.Exit(EXIT_CLEAN)
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+
+
+def _open_checkpoint(resume, datasets, config, scanner, summary):
+    """--resume FILE: the checkpoint and where to start; (None, start) without it; exit 2 on a bad file."""
+    from vlmlint.checkpoint import Checkpoint, CheckpointError, Position, scan_key
+    from vlmlint.report.json_report import settings_record
+
+    if not resume:
+        return None, Position(0, 0)
+    settings = settings_record(config, scanner.context.max_length)
+    key = scan_key(datasets, settings, scanner.model.describe())
+    checkpoint = Checkpoint(resume, key)
+    try:
+        return checkpoint, checkpoint.resume(summary)
+    except CheckpointError as exc:
+        raise _fail(str(exc)) from None
 
 
 class _Terminated(BaseException):

@@ -449,10 +449,11 @@ class Scanner:
             ignored = self._source_ignores[finding.source] = self.config.source_ignores(finding.source)
         return not finding.code.startswith(ignored)
 
-    def scan_samples(self, samples: Iterable[Sample]) -> Iterator[RowOutcome]:
+    def scan_samples(self, samples: Iterable[Sample], reset: bool = True) -> Iterator[RowOutcome]:
         """One scan of `samples`: rules that compare rows (duplicate ids) start afresh with each call."""
-        for rule in self.rules:
-            rule.reset()
+        if reset:
+            for rule in self.rules:
+                rule.reset()
         iterator = iter(samples)
         # The tokenizer (Rust, releases the GIL) works on chunk k in a thread while this thread reads,
         # counts and renders chunk k+1 and runs the rules on chunk k-1: two cores busy, one process.
@@ -477,8 +478,12 @@ class Scanner:
             result = self._result(item, next(counted) if item.text is not None else None)
             yield RowOutcome(result, self.check(result))
 
-    def scan(self, dataset: str | None = None) -> Iterator[RowOutcome]:
-        """Scan config.dataset, or another dataset with the same settings and the already loaded model."""
+    def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
+        """Scan config.dataset, or another dataset with the same settings and the already loaded model.
+
+        `skip`: rows already counted (--resume): read and shown to the rules that compare rows, not
+        counted or reported again.
+        """
         config = self.config
         samples = iter_samples(
             config.dataset if dataset is None else dataset,
@@ -488,8 +493,23 @@ class Scanner:
             streaming=config.streaming,
             allow_outside_root=config.allow_outside_root,
         )
+        for rule in self.rules:
+            rule.reset()
+        if skip:
+            samples = self._skipped(samples, skip)
         if config.jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
             from vlmlint.runner import scan_parallel
 
-            return scan_parallel(self, samples, config.jobs)
-        return self.scan_samples(samples)
+            return scan_parallel(self, samples, config.jobs, reset=False)
+        return self.scan_samples(samples, reset=False)
+
+    def _skipped(self, samples: Iterable[Sample], count: int) -> Iterator[Sample]:
+        from vlmlint.runner import is_stateful
+
+        iterator = iter(samples)
+        comparing = [rule for rule in self.rules if is_stateful(rule)]
+        for sample in islice(iterator, count):
+            for rule in comparing:
+                for _ in rule.check(RowResult(sample=sample), self.context):
+                    pass  # reported before the interruption
+        yield from iterator

@@ -63,7 +63,9 @@ def _run_chunk(samples: list[Sample]) -> list[tuple[RowResult, tuple[Finding, ..
     return [(replace(o.result, sample=None), o.findings) for o in _worker.scan_samples(samples)]
 
 
-def scan_parallel(scanner: Scanner, samples: Iterable[Sample], jobs: int) -> Iterator[RowOutcome]:
+def scan_parallel(
+    scanner: Scanner, samples: Iterable[Sample], jobs: int, reset: bool = True
+) -> Iterator[RowOutcome]:
     """scanner.scan_samples(samples) on `jobs` processes; small inputs stay in this process."""
     from vlmlint.engine import RowOutcome
 
@@ -71,14 +73,15 @@ def scan_parallel(scanner: Scanner, samples: Iterable[Sample], jobs: int) -> Ite
     iterator = iter(samples)
     head = list(islice(iterator, size * 2))
     if jobs <= 1 or len(head) < size * 2:  # one or two chunks: a pool would cost more than it saves
-        yield from scanner.scan_samples(chain(head, iterator))
+        yield from scanner.scan_samples(chain(head, iterator), reset=reset)
         return
 
     stateful = [rule for rule in scanner.rules if is_stateful(rule)]
     stateless_codes = tuple(rule.code for rule in scanner.rules if not is_stateful(rule))
     order = {rule.code: position for position, rule in enumerate(scanner.rules)}
-    for rule in stateful:
-        rule.reset()
+    if reset:
+        for rule in stateful:
+            rule.reset()
 
     import multiprocessing
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -47,6 +47,8 @@ class Summary:
     spilled_rows: int = 0
     _spill: IO[bytes] | None = field(default=None, repr=False)
     _late: list[RowOutcome] = field(default_factory=list, repr=False)  # --verify rows after a spill
+    # --resume: the findings of the rows scanned before the interruption (checkpoint.Checkpoint), first.
+    restored: Callable[[], Iterator[Finding]] | None = field(default=None, repr=False)
 
     def add(self, outcome: RowOutcome) -> None:
         self.samples += 1
@@ -92,6 +94,8 @@ class Summary:
 
     def iter_findings(self) -> Iterator[Finding]:
         """Every finding in dataset order (memory, then the spill file, then late rechecks); re-iterable."""
+        if self.restored is not None:
+            yield from self.restored()
         for outcome in self.flagged:
             yield from outcome.findings
         if self._spill is not None:
