@@ -84,3 +84,13 @@ def test_jobs_in_config_file(tmp_path):
     for bad in (-1, "2", True, 1.5):
         with pytest.raises(ConfigError):
             build_config("x", {"jobs": bad}, {})
+
+
+def test_default_jobs_is_one_process_per_two_cores(monkeypatch):
+    import os
+
+    from vlmlint.runner import default_jobs
+
+    for cores, expected in ((1, 1), (2, 1), (3, 1), (8, 4), (64, 32)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert default_jobs() == expected

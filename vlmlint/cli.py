@@ -184,7 +184,10 @@ def scan(
     jobs: Annotated[
         int | None,
         typer.Option(
-            "--jobs", "-j", help="Worker processes (default 0: every core; 1: this process only).", min=0
+            "--jobs",
+            "-j",
+            help="Worker processes (default 0: enough to keep every core busy, one per two cores; 1: this process only).",
+            min=0,
         ),
     ] = None,
     pipeline: Annotated[

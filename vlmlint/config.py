@@ -61,7 +61,7 @@ class ScanConfig:
     per_source_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
-    jobs: int = 1  # worker processes (the CLI's default: every core); 1 scans in this process
+    jobs: int = 1  # worker processes (CLI default 0: one per two cores, runner.default_jobs); 1: this process
     pipeline: str = "hf"  # the trainer whose preprocessing to predict (vlmlint/pipelines)
     pipeline_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     dataset_name: str | None = None  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
@@ -70,9 +70,9 @@ class ScanConfig:
         # Why: MappingProxyType fields do not pickle, and Ray actors, Spark executors and spawned
         # workers receive the config pickled. Rebuilt with the same read-only tables.
         state = {item.name: getattr(self, item.name) for item in fields(self)}
-        state["thresholds"] = dict(self.thresholds)
-        state["per_source_ignores"] = dict(self.per_source_ignores)
-        return (_unpickle_config, (state,))
+        tables = tuple(name for name, value in state.items() if isinstance(value, Mapping))
+        state.update({name: dict(state[name]) for name in tables})
+        return (_unpickle_config, (state, tables))
 
     def rule_enabled(self, code: str) -> bool:
         """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
@@ -99,9 +99,8 @@ class ScanConfig:
         )
 
 
-def _unpickle_config(state: dict[str, Any]) -> ScanConfig:
-    state["thresholds"] = MappingProxyType(dict(state["thresholds"]))
-    state["per_source_ignores"] = MappingProxyType(dict(state["per_source_ignores"]))
+def _unpickle_config(state: dict[str, Any], tables: tuple[str, ...]) -> ScanConfig:
+    state.update({name: MappingProxyType(state[name]) for name in tables})
     return ScanConfig(**state)
 
 
