@@ -1,0 +1,172 @@
+"""Helpers of the hardening suite: time bounds, the CLI and readers in a subprocess, the outcome records."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.conftest import PROCESSORS, ROOT
+from tests.hardening import reliability
+
+MODEL = str(PROCESSORS / "qwen2-vl-small")
+
+# Fuzzing: bounded and reproducible (derandomize: CI and the generated page see the same examples).
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+DESELECTED: list[str] = []  # nodeids deselected this session (-k, --deselect): the page check is partial
+
+
+def pytest_deselected(items):
+    DESELECTED.extend(item.nodeid for item in items)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get(reliability.WRITE_ENV) and exitstatus == 0 and reliability.RECORDS:
+        reliability.DOC.write_text(reliability.render(reliability.RECORDS), encoding="utf-8")
+
+
+class Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str = "the case"):
+    """Fail (not block) when the body runs longer than `seconds`: SIGALRM interrupts blocking calls too."""
+
+    def expire(signum, frame):
+        raise Hang(f"{what} did not finish within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except Hang as exc:
+        pytest.fail(str(exc))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _limit_memory(megabytes: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes * 2**20, megabytes * 2**20))
+
+    return apply
+
+
+@dataclass(frozen=True)
+class CliRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def report(self) -> dict:
+        return json.loads(self.stdout)
+
+    def codes(self) -> list[str]:
+        return sorted({finding["code"] for finding in self.report["findings"]})
+
+    def error_line(self, tmp: Path | None = None) -> str:
+        """The last stderr line, temporary paths replaced: what the user reads for an exit 2."""
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
+        return text.replace(str(tmp), "<tmp>") if tmp is not None else text
+
+
+def run_cli(*args: str, timeout: float = 90, cwd: Path | None = None) -> CliRun:
+    """`vlmlint ARGS` in a subprocess, so that a hang fails the test instead of blocking the suite."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "vlmlint.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or ROOT,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"vlmlint {' '.join(args)} did not finish within {timeout} s")
+    assert "Traceback" not in done.stderr, done.stderr
+    return CliRun(done.returncode, done.stdout, done.stderr)
+
+
+_READER = textwrap.dedent(
+    """
+    import json, resource, sys
+    from vlmlint.readers import DatasetError, iter_samples
+    rows = []
+    try:
+        for sample in iter_samples(sys.argv[1]):
+            rows.append([sample.line, sample.id, [[p.code, p.message] for p in sample.problems]])
+        error = None
+    except DatasetError as exc:
+        error = str(exc)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(json.dumps({"rows": rows, "error": error, "peak_mb": peak}))
+    """
+)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    rows: list  # [line, id, [[code, message], ...]] per sample
+    error: str | None  # a DatasetError's message
+    peak_mb: int  # the reading process's peak resident memory
+
+
+def read_isolated(path: Path, *, timeout: float = 60, memory_mb: int = 3072) -> ReadResult:
+    """Read a dataset with vlmlint's readers in a subprocess with a time and an address-space limit."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _READER, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            preexec_fn=_limit_memory(memory_mb),
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"reading {path.name} did not finish within {timeout} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    return ReadResult(result["rows"], result["error"], result["peak_mb"])
+
+
+def problem_codes(rows: list) -> list[str]:
+    return sorted({code for _, _, problems in rows for code, _ in problems})
+
+
+_NUMBERS = re.compile(r"\d[\d,]*")
+
+
+def shape(message: str, tmp: Path | None = None) -> str:
+    """A message as the page shows it: temporary paths replaced, quotes that would break the table kept."""
+    if tmp is not None:
+        message = message.replace(str(tmp), "<tmp>")
+    return message.replace("|", "/")
+
+
+@pytest.fixture(scope="session")
+def record():
+    return reliability.record
