@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -155,9 +154,6 @@ def read_isolated(path: Path, *, timeout: float = 60, memory_mb: int = 3072) -> 
 
 def problem_codes(rows: list) -> list[str]:
     return sorted({code for _, _, problems in rows for code, _ in problems})
-
-
-_NUMBERS = re.compile(r"\d[\d,]*")
 
 
 def shape(message: str, tmp: Path | None = None) -> str:
