@@ -141,6 +141,7 @@ class Scanner:
 
         # The trainer's preprocessing (--pipeline): its image pre-resize and its fate for each row.
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
+        self.pipeline.bind(self.model)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
@@ -150,6 +151,8 @@ class Scanner:
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
             lambda h, w, n: self.family.count(*resize(h, w), settings, images_in_row=n)
         )
+        # A trainer that opens images without their EXIF orientation sees them at the stored size.
+        self._stored_size = not self.pipeline.exif_transpose
 
     # -- images -----------------------------------------------------------------------------------
 
@@ -215,10 +218,12 @@ class Scanner:
                     except ImageProblem as problem:  # a full decode finds what the header could not
                         failed = replace(headers[position], error_code=problem.kind, error=problem.message)
                         return headers[:position] + (failed,) + headers[position + 1 :], None
-                decoded = [self._trainer_resized(image) for image in decoded]
+                decoded = [
+                    self._trainer_resized(image, info) for image, info in zip(decoded, headers, strict=True)
+                ]
                 counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
             else:
-                counts = [self._count(info.height, info.width, len(headers)) for info in headers]
+                counts = [self._count(*self._trainer_size(info), len(headers)) for info in headers]
         except CountError as exc:
             return tuple(self._rejected(info, exc) for info in headers), None
         infos = tuple(
@@ -234,8 +239,18 @@ class Scanner:
         )
         return infos, list(counts)
 
-    def _trainer_resized(self, image: Any) -> Any:
+    def _trainer_size(self, info: ImageInfo) -> tuple[int, int]:
+        """(height, width) as the trainer opens the image: unrotated when it ignores EXIF (--pipeline)."""
+        if self._stored_size and info.orientation in (5, 6, 7, 8):
+            return info.width, info.height
+        return info.height, info.width
+
+    def _trainer_resized(self, image: Any, info: ImageInfo) -> Any:
         """A decoded image at the size the trainer's pre-resize gives it (--pipeline)."""
+        if self._stored_size and info.orientation in (5, 6, 7, 8):
+            from PIL import Image
+
+            image = image.transpose(Image.Transpose.TRANSPOSE)  # back to the stored width and height
         height, width = self.pipeline.resize(image.height, image.width)
         if (height, width) == (image.height, image.width):
             return image
@@ -255,7 +270,7 @@ class Scanner:
         if not self.family.header_formula:
             return replace(info, error_code="rejected", error=str(exc))
         try:
-            self._count(info.height, info.width, 1)
+            self._count(*self._trainer_size(info), 1)
         except CountError:
             return replace(info, error_code="rejected", error=str(exc))
         return info
@@ -492,6 +507,7 @@ class Scanner:
             split=config.split,
             streaming=config.streaming,
             allow_outside_root=config.allow_outside_root,
+            dataset_name=config.dataset_name,
         )
         for rule in self.rules:
             rule.reset()

@@ -11,6 +11,12 @@ A preset is one class with:
 - `name`, `trainer` (the trainer and the version whose behaviour it reproduces, e.g. "LLaMA-Factory 0.9.3");
 - `resize(height, width)`: the trainer's own image pre-resize, applied to header sizes before the
   model family counts image tokens (identity by default);
+- `exif_transpose`: whether the trainer's image loading applies the EXIF orientation as transformers'
+  `load_image` does (True by default); False counts images of orientations 5-8 at their stored,
+  unrotated size (a plain `PIL.Image.open`, as LLaMA-Factory does);
+- `bind(model)`: called once by the Scanner with the loaded model, before any row: a preset that
+  depends on the model (its template, its image plugin) resolves it here, and raises PipelineError
+  for a model it does not support;
 - `fate(result, scanner, prepared)`: the prediction for one counted row (None: nothing to say).
   `scanner` gives the model (tokenizer, family, settings), `scanner.render(messages)` and
   `scanner.image_spans(prepared)` (each image's token positions in input_ids); `prepared.counts` holds
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
+    from vlmlint.models import Model
     from vlmlint.sample import RowResult
 
 FateStatus = Literal["kept", "truncated", "dropped", "raise", "crash"]
@@ -56,6 +63,7 @@ class Pipeline:
     name: ClassVar[str] = "hf"
     trainer: ClassVar[str] = "the raw transformers processor"
     option_names: ClassVar[tuple[str, ...]] = ()  # the --pipeline-option keys this preset accepts
+    exif_transpose: ClassVar[bool] = True  # False: the trainer opens images without EXIF orientation
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = dict(options or {})
@@ -66,6 +74,9 @@ class Pipeline:
                 f"--pipeline {self.name}: unknown option(s) {', '.join(unknown)}; known: {known}"
             )
         self.options = options
+
+    def bind(self, model: Model) -> None:
+        """Learn the model (family, tokenizer, settings) before the first row; PipelineError if unsupported."""
 
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""

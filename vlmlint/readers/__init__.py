@@ -94,8 +94,12 @@ def iter_samples(
     streaming: bool = False,
     allow_outside_root: bool = False,
     rel: Callable[[str], str] = display_path,
+    dataset_name: str | None = None,
 ) -> Iterator[Sample]:
     """Stream the samples of a dataset file, folder, shard pattern or Hugging Face hub id.
+
+    `dataset_name` (--dataset): `target` is a LLaMA-Factory data folder and the named entries of its
+    dataset_info.json are read, with their columns and tags (readers/llamafactory.py).
 
     Folders: a save_to_disk dataset; an imagefolder (metadata.jsonl / metadata.csv); manifests and
     parquet/arrow files inside it; else webdataset tar shards; else images with sidecar captions. A
@@ -105,6 +109,11 @@ def iter_samples(
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if dataset_name is not None:
+        from vlmlint.readers.llamafactory import read_llamafactory
+
+        yield from read_llamafactory(target, dataset_name, image_root=image_root, rel=rel)
+        return
     if os.path.isfile(target):
         yield from _read_file(target, layout, image_root, rel)
         return

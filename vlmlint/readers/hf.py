@@ -23,7 +23,12 @@ def is_saved_dataset(folder: str) -> bool:
 
 
 def _rows_to_samples(
-    batches: Iterable[list[dict[str, Any]]], *, layout: str | None, resolve: ImageResolver, source: str
+    batches: Iterable[list[dict[str, Any]]],
+    *,
+    layout: str | None,
+    resolve: ImageResolver,
+    source: str,
+    convert: Callable[[Any], Any] | None = None,
 ) -> Iterator[Sample]:
     index = 0
     chosen = layout
@@ -31,7 +36,9 @@ def _rows_to_samples(
         for row in rows:
             if chosen is None and isinstance(row, dict):
                 chosen = detect_layout(row)
-            yield row_to_sample(row, layout=chosen, resolve=resolve, source=source, index=index)
+            yield row_to_sample(
+                row, layout=chosen, resolve=resolve, source=source, index=index, convert=convert
+            )
             index += 1
 
 
@@ -78,7 +85,14 @@ def _table_errors(path: str, kind: str, batches: Callable[[], Iterator[list[dict
         raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
 
 
-def read_parquet(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+def read_parquet(
+    path: str,
+    *,
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Callable[[Any], Any] | None = None,
+) -> Iterator[Sample]:
     import pyarrow.parquet as pq
 
     def batches() -> Iterator[list[dict[str, Any]]]:
@@ -88,10 +102,17 @@ def read_parquet(path: str, *, layout: str | None, image_root: str | None, sourc
 
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     rows = _table_errors(path, "parquet", batches)
-    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source)
+    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source, convert=convert)
 
 
-def read_arrow(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+def read_arrow(
+    path: str,
+    *,
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Callable[[Any], Any] | None = None,
+) -> Iterator[Sample]:
     import pyarrow as pa
 
     def batches() -> Iterator[list[dict[str, Any]]]:
@@ -109,7 +130,7 @@ def read_arrow(path: str, *, layout: str | None, image_root: str | None, source:
 
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     rows = _table_errors(path, "Arrow", batches)
-    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source)
+    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source, convert=convert)
 
 
 def read_hub_dataset(

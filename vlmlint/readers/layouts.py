@@ -408,8 +408,13 @@ def row_to_sample(
     index: int,
     line: int | None = None,
     from_first_row: bool = False,
+    convert: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> Sample:
     """Parse one decoded row; anything wrong with it becomes a RowProblem on the sample.
+
+    `convert` maps an object row to the row to parse first (a LLaMA-Factory dataset_info.json's
+    columns and tags, readers/llamafactory.py); a RowError it raises is VLM101. Ids, fields and the
+    fingerprint stay those of the row as written.
 
     `layout` is forced, or (`from_first_row`) the one detected from the file's first object. A row
     whose fields fit no layout at all is VLM102, unless the layout was forced: then, like a row that
@@ -429,6 +434,11 @@ def row_to_sample(
     raw_id = row.get("id", row.get("uid"))
     row_id = None if raw_id is None else _id_text(raw_id)
     base = dict(source=source, index=index, line=line, id=row_id, fields=fields, fingerprint=fingerprint)
+    if convert is not None:
+        try:
+            row = convert(row)
+        except RowError as exc:
+            return Sample(**base, layout=layout or "unknown", problems=(RowProblem("VLM101", str(exc)),))
     chosen = layout or detect_layout(row)
     if chosen is None:
         return Sample(**base, problems=(_unknown_layout(fields),))

@@ -7,7 +7,7 @@ JSONL is read line by line (orjson); a JSON array is streamed item by item with 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from hashlib import blake2b
 from typing import Any
 
@@ -17,6 +17,8 @@ from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
 from vlmlint.sample import RowProblem, Sample
+
+Convert = Callable[[Any], Any]  # a decoded row -> the row to parse (readers/llamafactory.py)
 
 
 class _FileLayout:
@@ -82,7 +84,10 @@ def _lines(handle) -> Iterator[tuple[bytes, bool]]:
         yield raw, len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n")
 
 
-def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+def read_jsonl(
+    path: str, *, layout: str | None, image_root: str | None, source: str, convert: Convert | None = None
+) -> Iterator[Sample]:
+    """A JSONL manifest, line by line; `convert` maps each decoded row first (LLaMA-Factory columns)."""
     _check_encoding(path)
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     file_layout = _FileLayout(layout)
@@ -112,6 +117,7 @@ def read_jsonl(path: str, *, layout: str | None, image_root: str | None, source:
                     index=index,
                     line=line_number,
                     from_first_row=file_layout.detected,
+                    convert=convert,
                 )
             index += 1
 
@@ -122,13 +128,15 @@ def _first_significant_byte(path: str) -> bytes:
     return chunk[:1]
 
 
-def read_json(path: str, *, layout: str | None, image_root: str | None, source: str) -> Iterator[Sample]:
+def read_json(
+    path: str, *, layout: str | None, image_root: str | None, source: str, convert: Convert | None = None
+) -> Iterator[Sample]:
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
     first = _first_significant_byte(path)
     if first != b"[":
         # A single object, or JSON Lines saved as .json: the JSONL reader handles both.
-        yield from read_jsonl(path, layout=layout, image_root=image_root, source=source)
+        yield from read_jsonl(path, layout=layout, image_root=image_root, source=source, convert=convert)
         return
     import ijson  # streaming parser with a C backend
 
@@ -149,6 +157,7 @@ def read_json(path: str, *, layout: str | None, image_root: str | None, source: 
                     index=index,
                     line=handle.take(),
                     from_first_row=file_layout.detected,
+                    convert=convert,
                 )
                 index += 1
         except (ijson.JSONError, ElementLimit) as exc:
