@@ -1,0 +1,338 @@
+"""--pipeline llamafactory: predictions against LLaMA-Factory 0.9.5's own code on fixtures/llamafactory.
+
+fixtures/llamafactory/expected.json holds what LLaMA-Factory's loader, converters, template, image
+plugin and supervised processors did to each row of the fixture datasets (fixtures/llamafactory/
+reference.py ran them). Each run here scans the same dataset with the same settings and compares
+vlmlint's TrainerFate row by row: status, length fed to the model, answer and image tokens lost.
+With LLAMAFACTORY_SRC set to an unpacked llamafactory wheel, LLaMA-Factory runs again (subprocess)
+and must still give expected.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from tests.conftest import FIXTURES, PROCESSORS, ROOT
+from vlmlint.cli import app
+from vlmlint.config import build_config
+from vlmlint.engine import Scanner
+from vlmlint.models import load_model
+from vlmlint.pipelines import PipelineError, load_pipeline
+from vlmlint.pipelines.llamafactory import LlamaFactoryPipeline, infer_seqlen, preprocess_size
+from vlmlint.readers import DatasetError, iter_samples
+from vlmlint.readers.llamafactory import DatasetAttr
+
+LF = FIXTURES / "llamafactory"
+DATA = LF / "data"
+EXPECTED = json.loads((LF / "expected.json").read_text(encoding="utf-8"))
+
+
+@cache
+def _model(name: str):
+    return load_model(str(PROCESSORS / name))
+
+
+def _scan(dataset: str, model: str, options: dict, **flags) -> list:
+    config = build_config(
+        str(DATA),
+        {},
+        {
+            "model": str(PROCESSORS / model),
+            "jobs": 1,
+            "pipeline": "llamafactory",
+            "pipeline_options": options,
+            "dataset_name": dataset,
+            **flags,
+        },
+    )
+    return list(Scanner(config, model=_model(model)).scan())
+
+
+def _outcome(outcome) -> dict:
+    """vlmlint's prediction in expected.json's terms; a row VLM101 says LLaMA-Factory skips is dropped."""
+    fate = outcome.result.trainer
+    if fate is None:
+        skipped = [p for p in outcome.result.sample.problems if "LLaMA-Factory skips the row" in p.message]
+        assert skipped, (
+            outcome.result.sample.location,
+            outcome.result.sample.problems,
+            outcome.result.count_error,
+        )
+        return {"status": "dropped"}
+    if fate.status in ("dropped", "raise"):
+        return {"status": fate.status}
+    return {
+        "status": fate.status,
+        "length": fate.length,
+        "answer_tokens_lost": fate.answer_tokens_lost,
+        "image_tokens_lost": fate.image_tokens_lost,
+    }
+
+
+def _expected(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key not in ("full_length", "error")}
+
+
+RUNS = [pytest.param(run, id=f"{run['dataset']}-{run['model']}-{run['options']}") for run in EXPECTED["runs"]]
+
+
+def test_expected_json_comes_from_the_pinned_version():
+    assert EXPECTED["llamafactory"] == "0.9.5" == LlamaFactoryPipeline.trainer.split()[-1]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_predictions_match_llamafactory(run, monkeypatch):
+    """Every row, every length: the cheap bound is switched off so that each row is encoded."""
+    monkeypatch.setattr(LlamaFactoryPipeline, "_surely_fits", lambda self, turns, counts: False)
+    got = [_outcome(outcome) for outcome in _scan(run["dataset"], run["model"], run["options"])]
+    assert got == [_expected(row) for row in run["rows"]]
+
+
+@pytest.mark.parametrize("run", RUNS[:3])
+def test_the_fast_path_never_changes_a_verdict(run):
+    """With the bound on, rows it proves short are kept without a length; every other field agrees."""
+    got = [_outcome(outcome) for outcome in _scan(run["dataset"], run["model"], run["options"])]
+    fast = 0
+    for mine, theirs in zip(got, run["rows"], strict=True):
+        if mine.get("length", 0) is None:
+            fast += 1
+            assert mine["status"] == theirs["status"] == "kept"
+        else:
+            assert mine == _expected(theirs)
+    assert fast >= 3  # the short ASCII rows took the bound
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LLAMAFACTORY_SRC"), reason="LLAMAFACTORY_SRC (an unpacked wheel) not set"
+)
+def test_llamafactory_itself_still_gives_expected_json():
+    done = subprocess.run(
+        [sys.executable, str(LF / "reference.py"), "--stdout"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == EXPECTED
+
+
+# -- the rules ---------------------------------------------------------------------------------------
+
+
+def test_rules_report_crash_as_error_truncation_and_drop_as_warnings():
+    by_row = {}
+    for outcome in _scan("mllm_demo", "qwen2-vl", {}):
+        by_row[outcome.result.sample.index] = {
+            f.code: f.severity.value for f in outcome.findings if f.code.startswith("VLM6")
+        }
+    assert by_row[3] == {"VLM601": "error"}  # the cut falls inside the third image
+    assert by_row[2] == by_row[4] == {"VLM602": "warning"}  # answer tokens lost
+    assert by_row[5] == by_row[6] == {"VLM603": "warning"}  # bad turn order: skipped
+    assert by_row[0] == by_row[7] == by_row[8] == by_row[9] == {}
+
+
+def test_cli_scans_a_llamafactory_data_folder():
+    result = CliRunner().invoke(
+        app,
+        [
+            "scan",
+            str(DATA),
+            "--pipeline",
+            "llamafactory",
+            "--dataset",
+            "mllm_demo",
+            "--model",
+            str(PROCESSORS / "qwen2-vl"),
+            "--verify",
+            "0",
+            "-q",
+            "-j",
+            "1",
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    codes = [finding["code"] for finding in report["findings"]]
+    assert codes.count("VLM601") == 1 and codes.count("VLM602") == 2 and codes.count("VLM603") == 2
+    crash = next(finding for finding in report["findings"] if finding["code"] == "VLM601")
+    assert "LLaMA-Factory 0.9.5 (template qwen2_vl, cutoff_len 2048)" in crash["message"]
+    assert "raise cutoff_len to 2351" in crash["fix"]
+
+
+def test_cli_refuses_an_unknown_dataset_name():
+    result = CliRunner().invoke(
+        app,
+        [
+            "scan",
+            str(DATA),
+            "--dataset",
+            "nope",
+            "--model",
+            str(PROCESSORS / "qwen2-vl"),
+            "-q",
+            "--verify",
+            "0",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "Undefined dataset 'nope'" in result.output and "mllm_demo" in result.output
+
+
+# -- the reader -----------------------------------------------------------------------------------------
+
+
+def test_reader_maps_columns_tags_and_media_dir():
+    samples = list(iter_samples(str(DATA), dataset_name="mllm_demo"))
+    assert len(samples) == 11
+    first = samples[0]
+    assert first.source.endswith("mllm_demo.json") and first.layout == "sharegpt"
+    assert [m.role.value for m in first.messages] == ["user", "assistant"]
+    assert first.images[0].path == str(DATA / "mllm_demo_data" / "small.jpg")  # the data folder, media_dir
+    # a system turn, but the tags name no system_tag: LLaMA-Factory skips it (Invalid role tag)
+    assert "no system_tag" in samples[10].problems[0].message
+    # comma-separated names, in order; the default sharegpt tags and a system column
+    both = list(iter_samples(str(DATA / "dataset_info.json"), dataset_name="sharegpt_demo,alpaca_demo"))
+    assert [s.source.rsplit("/", 1)[-1] for s in both] == ["sharegpt_demo.jsonl"] * 3 + [
+        "alpaca_demo.json"
+    ] * 3
+    assert [m.role.value for m in both[0].messages] == ["system", "user", "assistant"]
+    assert both[0].messages[0].parts[0].text == "Answer in three words."
+    assert "Invalid role tag" in both[2].problems[0].message
+    assert [m.role.value for m in both[5].messages] == ["user"]  # no answer: the pipeline drops it
+
+
+def test_columns_given_replace_every_default():
+    """DatasetAttr.join in 0.9.5: set_attr's default is None for every column or tag not named."""
+    attr = DatasetAttr.from_entry("x", {"file_name": "a.json", "columns": {"images": "images"}})
+    assert attr.prompt is None and attr.response is None and attr.images == "images"
+    attr = DatasetAttr.from_entry(
+        "x", {"file_name": "a.json", "formatting": "sharegpt", "tags": {"role_tag": "role"}}
+    )
+    assert attr.system_tag is None and attr.messages == "conversations" and attr.content_tag is None
+    assert DatasetAttr.from_entry("x", {"file_name": "a.json"}).prompt == "instruction"
+
+
+def test_reader_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(DatasetError, match="hf_hub_url"):
+        list(iter_samples(str(DATA), dataset_name="remote_demo"))
+    with pytest.raises(DatasetError, match="no dataset_info.json"):
+        list(iter_samples(str(tmp_path), dataset_name="x"))
+    (tmp_path / "dataset_info.json").write_text(
+        json.dumps({"d": {"file_name": "d.csv"}, "r": {"file_name": "d.csv", "ranking": True}})
+    )
+    (tmp_path / "d.csv").write_text("a,b\n")
+    with pytest.raises(DatasetError, match="csv"):
+        list(iter_samples(str(tmp_path), dataset_name="d"))
+    with pytest.raises(DatasetError, match="ranking"):
+        list(iter_samples(str(tmp_path), dataset_name="r"))
+
+
+# -- the pieces -------------------------------------------------------------------------------------------
+
+
+def test_infer_seqlen_cases():
+    assert infer_seqlen(100, 200, 1000) == (100, 200)  # fits
+    assert infer_seqlen(3000, 100, 1000) == (900, 100)  # source cut
+    assert infer_seqlen(100, 3000, 1000) == (100, 900)  # target cut
+    assert infer_seqlen(800, 1200, 1000) == (400, 600)  # both, in proportion
+    assert infer_seqlen(500, 500, 1000) == (500, 500)
+
+
+def test_preprocess_size_matches_pil_resizes():
+    """LLaMA-Factory's _preprocess_image on real PIL images gives the sizes preprocess_size predicts."""
+
+    def plugin(width, height, max_pixels, min_pixels):  # MMPluginMixin + Qwen2VLPlugin, 0.9.5, verbatim logic
+        import math
+
+        image = Image.new("RGB", (width, height))
+        if image.width * image.height > max_pixels:
+            factor = math.sqrt(max_pixels / (image.width * image.height))
+            image = image.resize((int(image.width * factor), int(image.height * factor)))
+        if image.width * image.height < min_pixels:
+            factor = math.sqrt(min_pixels / (image.width * image.height))
+            image = image.resize((int(image.width * factor), int(image.height * factor)))
+        if min(image.width, image.height) < 28:
+            image = image.resize((max(image.width, 28), max(image.height, 28)))
+        if image.width / image.height > 200:
+            image = image.resize((image.height * 180, image.height))
+        if image.height / image.width > 200:
+            image = image.resize((image.width, image.width * 180))
+        return image.size
+
+    for size in [(640, 480), (1600, 1200), (10, 10), (6000, 20), (20, 6000), (3000, 5), (769, 768), (31, 33)]:
+        assert preprocess_size(*size, 768 * 768, 32 * 32, qwen=True) == plugin(*size, 768 * 768, 32 * 32), (
+            size
+        )
+
+
+def test_options_are_validated():
+    with pytest.raises(PipelineError, match="cutoff_len must be int"):
+        load_pipeline("llamafactory", {"cutoff_len": "long"})
+    with pytest.raises(PipelineError, match="incompatible"):
+        load_pipeline("llamafactory", {"mask_history": True, "train_on_prompt": True})
+    with pytest.raises(PipelineError, match="cannot be smaller"):
+        load_pipeline("llamafactory", {"image_max_pixels": 100, "image_min_pixels": 1000})
+    with pytest.raises(PipelineError, match="not reproduced"):
+        load_pipeline("llamafactory", {"template": "gemma3"})
+    pipeline = load_pipeline("llamafactory", {"packing": True, "cutoff_len": 1024})
+    assert pipeline.limit == 1023 and not pipeline.exif_transpose
+
+
+def test_unsupported_family_and_mismatched_template_are_refused():
+    config = build_config(
+        str(DATA), {}, {"model": str(PROCESSORS / "idefics3-8b-llama3"), "pipeline": "llamafactory"}
+    )
+    with pytest.raises(PipelineError, match="no LLaMA-Factory template is reproduced for idefics3"):
+        Scanner(config, model=_model("idefics3-8b-llama3"))
+    config = build_config(
+        str(DATA),
+        {},
+        {
+            "model": str(PROCESSORS / "qwen2-vl"),
+            "pipeline": "llamafactory",
+            "pipeline_options": {"template": "llava"},
+        },
+    )
+    with pytest.raises(PipelineError, match="template llava is for llava models, not qwen-vl"):
+        Scanner(config, model=_model("qwen2-vl"))
+
+
+def test_default_templates_by_model():
+    assert LlamaFactoryPipeline._default_template(_model("qwen2-vl")) == "qwen2_vl"
+    assert LlamaFactoryPipeline._default_template(_model("qwen2.5-vl")) == "qwen2_vl"
+    assert LlamaFactoryPipeline._default_template(_model("qwen3-vl")) == "qwen3_vl_nothink"
+    assert LlamaFactoryPipeline._default_template(_model("llava-1.5-7b")) == "llava"
+    assert LlamaFactoryPipeline._default_template(_model("llava-v1.6-mistral-7b")) == "llava_next_mistral"
+
+
+def test_image_placeholder_in_the_system_prompt_raises(tmp_path):
+    Image.new("RGB", (64, 64)).save(tmp_path / "a.png")
+    row = {
+        "messages": [
+            {"role": "system", "content": "<image>"},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yo"},
+        ],
+        "images": ["a.png"],
+    }
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    config = build_config(
+        str(tmp_path / "d.jsonl"),
+        {},
+        {"model": str(PROCESSORS / "qwen2-vl"), "pipeline": "llamafactory", "jobs": 1},
+    )
+    (outcome,) = list(Scanner(config, model=_model("qwen2-vl")).scan())
+    assert outcome.result.trainer.status == "raise"
+    assert "VLM604" in [f.code for f in outcome.findings]

@@ -1,0 +1,516 @@
+"""`--pipeline llamafactory`: what LLaMA-Factory 0.9.5's supervised fine-tuning does to each row.
+
+Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
+
+- image pre-resize, data/mm_plugin.py `MMPluginMixin._preprocess_image`: above `image_max_pixels`
+  (default 768*768, hparams/model_args.py ProcessorArguments) scale both sides by
+  sqrt(max / (w*h)) and truncate with int(); below `image_min_pixels` (32*32) scale up the same way.
+  `Qwen2VLPlugin._preprocess_image` then raises a side below 28 to 28, and cuts an aspect ratio above
+  200 to 180 (width = height * 180, or the reverse). Images are opened with a plain
+  `PIL.Image.open` (`_regularize_images`): no EXIF orientation, so orientations 5-8 count unrotated;
+- the template, data/template.py: `Template._encode` encodes each turn on its own, and each of the
+  turn's string slots with its own `tokenizer.encode(..., add_special_tokens=False)`; turn 0 carries
+  the prefix and the system slot (the template's default_system when the row has none);
+  `Llama2Template` (llava_next_mistral) puts the system text inside the first user slot;
+- the placeholder expansion, `process_messages` of Qwen2VLPlugin / LlavaPlugin / LlavaNextPlugin:
+  each "<image>" of the user and assistant turns (not the system prompt: `_validate_messages` counts
+  only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
+  transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
+- truncation, data/processor/supervised.py `SupervisedDatasetProcessor._encode_data_example` with
+  `infer_seqlen` (data/processor/processor_utils.py): turn pairs (prompt, answer) are cut one after
+  the other against what is left of `cutoff_len` (default 2048, hparams/data_args.py); the remaining
+  pairs are dropped once nothing is left; `mask_history` walks the pairs from the last;
+- packing (`PackedSupervisedDatasetProcessor`): DataArguments.__post_init__ lowers cutoff_len by one,
+  and rows are truncated as above before the packer's "Dropped lengthy example" test, which therefore
+  never fires for these templates (no plugin here adds ids in process_token_ids);
+- dropped rows: the converters (data/converter.py) skip a conversation whose turns do not alternate
+  user/assistant from a user turn, or whose count is odd ("Invalid role tag", "Invalid message
+  count"), and `preprocess_dataset` drops an example without an answer ("Dropped invalid example").
+
+A cut inside an image's tokens, or past a whole image, is a crash: the collator still hands the row's
+every image to the model (collator.py), whose check "Image features and image tokens do not match"
+stops the run. tests/test_pipeline_llamafactory.py compares these predictions with LLaMA-Factory's own
+code run on the fixture rows (docs/pipelines.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from vlmlint.pipelines.base import Pipeline, PipelineError, TrainerFate
+from vlmlint.sample import Message, Role
+
+if TYPE_CHECKING:
+    from vlmlint.engine import Scanner
+    from vlmlint.models import Model
+    from vlmlint.sample import RowResult
+
+VERSION = "0.9.5"
+BOS, EOS = "{bos_token}", "{eos_token}"  # LLaMA-Factory's {"bos_token"} / {"eos_token"} slot sets
+
+
+@dataclass(frozen=True)
+class LfTemplate:
+    """One data/template.py register_template call, reduced to what token counts need."""
+
+    name: str
+    user: tuple[str, ...]
+    assistant: tuple[str, ...]
+    system: tuple[str, ...] = ("{{content}}",)
+    prefix: tuple[str, ...] = ()
+    default_system: str = ""
+    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, llava, llava_next
+    image_token: str = "<image>"
+    vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
+    vision_eos: str = ""
+    fuse_system: bool = False  # Llama2Template: the system slot goes inside the first user slot
+    families: tuple[str, ...] = field(default=(), compare=False)  # vlmlint families it fits
+
+
+_CHATML_USER = ("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n",)
+_CHATML_ASSISTANT = ("{{content}}<|im_end|>\n",)
+_CHATML_SYSTEM = ("<|im_start|>system\n{{content}}<|im_end|>\n",)
+_VICUNA_SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the user's questions."
+)
+
+TEMPLATES: dict[str, LfTemplate] = {
+    t.name: t
+    for t in (
+        LfTemplate(
+            "qwen2_vl",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            default_system="You are a helpful assistant.",
+            plugin="qwen2_vl",
+            image_token="<|image_pad|>",
+            vision_bos="<|vision_start|>",
+            vision_eos="<|vision_end|>",
+            families=("qwen-vl",),
+        ),
+        LfTemplate(
+            "qwen3_vl_nothink",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            plugin="qwen3_vl",
+            image_token="<|image_pad|>",
+            vision_bos="<|vision_start|>",
+            vision_eos="<|vision_end|>",
+            families=("qwen-vl",),
+        ),
+        LfTemplate(
+            "llava",
+            ("USER: {{content}} ASSISTANT:",),
+            ("{{content}}", EOS),
+            default_system=_VICUNA_SYSTEM,
+            plugin="llava",
+            families=("llava",),
+        ),
+        LfTemplate(
+            "llava_next",
+            ("USER: {{content}} ASSISTANT:",),
+            ("{{content}}", EOS),
+            default_system=_VICUNA_SYSTEM,
+            plugin="llava_next",
+            families=("llava-next",),
+        ),
+        LfTemplate(
+            "llava_next_mistral",
+            ("[INST] {{content}}[/INST]",),
+            (" {{content}}", EOS),
+            ("{{content}}\n\n",),
+            prefix=(BOS,),
+            plugin="llava_next",
+            fuse_system=True,
+            families=("llava-next",),
+        ),
+    )
+}
+
+
+def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
+    """data/processor/processor_utils.py infer_seqlen (0.9.5), line for line."""
+    if target_len * 2 < cutoff_len:  # truncate source
+        max_target_len = cutoff_len
+    elif source_len * 2 < cutoff_len:  # truncate target
+        max_target_len = cutoff_len - source_len
+    else:  # truncate both
+        max_target_len = int(cutoff_len * (target_len / (source_len + target_len)))
+    new_target_len = min(max_target_len, target_len)
+    max_source_len = max(cutoff_len - new_target_len, 0)
+    new_source_len = min(max_source_len, source_len)
+    return new_source_len, new_target_len
+
+
+def preprocess_size(width: int, height: int, max_pixels: int, min_pixels: int, qwen: bool) -> tuple[int, int]:
+    """The (width, height) _preprocess_image gives an image (MMPluginMixin, then Qwen2VLPlugin's)."""
+    if width * height > max_pixels:
+        factor = math.sqrt(max_pixels / (width * height))
+        width, height = int(width * factor), int(height * factor)
+    if 0 < width * height < min_pixels:  # 0: PIL refuses the resize above; the processor rejects it
+        factor = math.sqrt(min_pixels / (width * height))
+        width, height = int(width * factor), int(height * factor)
+    if qwen and width and height:
+        if min(width, height) < 28:
+            width, height = max(width, 28), max(height, 28)
+        if width / height > 200:
+            width, height = height * 180, height
+        if height / width > 200:
+            width, height = width, width * 180
+    return width, height
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One encoded message: its length with images expanded, and each image's [start, end) in it."""
+
+    length: int
+    images: tuple[tuple[int, int, int], ...]  # (image index, start, end)
+
+
+def _option(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
+    value = options.get(key, default)
+    if kind is bool and value in (0, 1) and not isinstance(value, bool):
+        value = bool(value)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise PipelineError(f"--pipeline llamafactory: {key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+class LlamaFactoryPipeline(Pipeline):
+    """LLaMA-Factory 0.9.5, stage sft: its image pre-resize, template, truncation and row drops."""
+
+    name: ClassVar[str] = "llamafactory"
+    trainer: ClassVar[str] = f"LLaMA-Factory {VERSION}"
+    option_names: ClassVar[tuple[str, ...]] = (
+        "cutoff_len",
+        "image_max_pixels",
+        "image_min_pixels",
+        "packing",
+        "neat_packing",
+        "template",
+        "train_on_prompt",
+        "mask_history",
+    )
+    exif_transpose: ClassVar[bool] = False  # _regularize_images: Image.open, no exif_transpose
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        o = self.options
+        self.cutoff_len = _option(o, "cutoff_len", 2048, int)
+        self.max_pixels = _option(o, "image_max_pixels", 768 * 768, int)
+        self.min_pixels = _option(o, "image_min_pixels", 32 * 32, int)
+        self.neat_packing = _option(o, "neat_packing", False, bool)
+        self.packing = _option(o, "packing", False, bool) or self.neat_packing
+        self.train_on_prompt = _option(o, "train_on_prompt", False, bool)
+        self.mask_history = _option(o, "mask_history", False, bool)
+        template = o.get("template")
+        if template is not None and template not in TEMPLATES:
+            raise PipelineError(
+                f"--pipeline llamafactory: template {template!r} is not reproduced; known: {', '.join(TEMPLATES)}"
+            )
+        self.template_name: str | None = template
+        if self.cutoff_len < 2:
+            raise PipelineError("--pipeline llamafactory: cutoff_len must be at least 2")
+        if self.max_pixels < 1 or self.min_pixels < 0:
+            raise PipelineError(
+                "--pipeline llamafactory: image_max_pixels must be >= 1, image_min_pixels >= 0"
+            )
+        if self.max_pixels < self.min_pixels:  # model_args.py raises the same
+            raise PipelineError(
+                "--pipeline llamafactory: image_max_pixels cannot be smaller than image_min_pixels"
+            )
+        if self.mask_history and self.train_on_prompt:  # data_args.py raises the same
+            raise PipelineError("--pipeline llamafactory: mask_history is incompatible with train_on_prompt")
+        # DataArguments.__post_init__: `if self.packing: self.cutoff_len -= 1`.
+        self.limit = self.cutoff_len - 1 if self.packing else self.cutoff_len
+        self.template: LfTemplate | None = TEMPLATES.get(template) if template else None
+        self._tokenizer: Any = None
+        self._image_id: int | None = None
+        self._special_ids: dict[str, int | None] = {}
+
+    # -- the model --------------------------------------------------------------------------------
+
+    def bind(self, model: Model) -> None:
+        family = model.family.name
+        if self.template is None:
+            self.template = TEMPLATES.get(self._default_template(model) or "")
+        if self.template is None:
+            raise PipelineError(
+                f"--pipeline llamafactory: no LLaMA-Factory template is reproduced for {family} models; "
+                "vlmlint knows qwen2_vl and qwen3_vl_nothink (Qwen-VL), llava (LLaVA-1.5), llava_next and "
+                "llava_next_mistral (LLaVA-NeXT)"
+            )
+        if family not in self.template.families:
+            raise PipelineError(
+                f"--pipeline llamafactory: template {self.template.name} is for "
+                f"{', '.join(self.template.families)} models, not {family}"
+            )
+        tokenizer = model.tokenizer
+        if tokenizer is None:
+            raise PipelineError(f"--pipeline llamafactory: {model.name} has no tokenizer")
+        self._tokenizer = tokenizer
+        self._image_id = _token_id(tokenizer, self.template.image_token)
+        if self._image_id is None:
+            raise PipelineError(
+                f"--pipeline llamafactory: the tokenizer of {model.name} has no {self.template.image_token} "
+                f"token (template {self.template.name})"
+            )
+        self._special_ids = {BOS: tokenizer.bos_token_id, EOS: tokenizer.eos_token_id}
+
+    @staticmethod
+    def _default_template(model: Model) -> str | None:
+        """The template LLaMA-Factory registers for the model (extras/constants.py register_model_group)."""
+        family = model.family.name
+        if family == "qwen-vl":
+            return "qwen3_vl_nothink" if model.processor_class == "Qwen3VLProcessor" else "qwen2_vl"
+        if family == "llava":
+            return "llava"
+        if family == "llava-next":
+            return "llava_next_mistral" if "[INST]" in (model.chat_template or "") else "llava_next"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described["trainer"] = self._label()
+        return described
+
+    def _label(self) -> str:
+        template = self.template.name if self.template else "by model"
+        packing = ", packing" if self.packing else ""
+        return f"LLaMA-Factory {VERSION} (template {template}, cutoff_len {self.cutoff_len}{packing})"
+
+    # -- images -----------------------------------------------------------------------------------
+
+    def resize(self, height: int, width: int) -> tuple[int, int]:
+        qwen = self.template is not None and self.template.plugin in ("qwen2_vl", "qwen3_vl")
+        width, height = preprocess_size(width, height, self.max_pixels, self.min_pixels, qwen)
+        return height, width
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
+        if self.template is None:
+            self.bind(scanner.model)
+        messages = prepared.sample.messages
+        system = ""
+        if messages and messages[0].role is Role.SYSTEM:
+            system, messages = _text(messages[0]), messages[1:]
+            if any(part.is_image for part in prepared.sample.messages[0].parts):
+                return self._fate(
+                    "raise",
+                    reason="an <image> placeholder in the system prompt: LLaMA-Factory expands and counts "
+                    "placeholders in the user and assistant turns only, and raises ValueError (The number "
+                    "of images does not match the number of <image> tokens)",
+                    fix="move the <image> placeholder into the first user turn",
+                )
+        problem = _invalid_turns(messages)
+        if problem:
+            return self._fate(
+                "dropped",
+                reason=f"LLaMA-Factory skips the row ({problem}); it never trains",
+                fix="make the turns alternate user/assistant, from a user turn to an assistant answer",
+            )
+        counts = [count.tokens for count in prepared.counts]
+        slots = self._slots(messages, system)
+        if self._surely_fits(slots, counts):
+            return self._fate("kept", reason=f"at most {self.limit} tokens")
+        turns = self._encode(slots, counts)
+        return self._truncate(turns, counts)
+
+    def _fate(self, status: str, **fields: Any) -> TrainerFate:
+        return TrainerFate(status=status, trainer=self._label(), **fields)  # type: ignore[arg-type]
+
+    def _slots(self, messages: tuple[Message, ...], system: str) -> list[list[tuple[str, tuple[int, ...]]]]:
+        """Each turn's elements as Template._encode forms them: (text, images in it) or a BOS/EOS mark.
+
+        An image is written once (bos + one image token + eos); its other tokens are added when counted.
+        """
+        template = self.template
+        assert template is not None
+        system = system or template.default_system
+        turns = []
+        image = 0
+        for index, message in enumerate(messages):
+            content, images = [], []
+            for part in message.parts:
+                if part.is_image:
+                    content.append(f"{template.vision_bos}{template.image_token}{template.vision_eos}")
+                    images.append(image)
+                    image += 1
+                else:
+                    content.append(part.text)
+            text = "".join(content)
+            elements: list[tuple[str, tuple[int, ...]]] = []
+            system_text = ""
+            if index == 0:
+                elements += [(slot, ()) for slot in template.prefix]
+                if system:
+                    applied = _apply(template.system, content=system)
+                    if template.fuse_system:
+                        system_text = applied[0]  # Llama2Template: format_system.apply(...)[0]
+                    else:
+                        elements += [(slot, ()) for slot in applied]
+            if message.role is Role.USER:
+                slots = _apply(template.user, content=system_text + text, idx=str(index // 2))
+            else:
+                slots = _apply(template.assistant, content=text)
+            owner = tuple(images)
+            elements += [
+                (slot, owner if "{{content}}" in raw else ())
+                for slot, raw in zip(slots, _raw(template, message.role), strict=True)
+            ]
+            turns.append(elements)
+        return turns
+
+    def _surely_fits(self, turns: list[list[tuple[str, tuple[int, ...]]]], counts: list[int]) -> bool:
+        """True when the row cannot reach the limit, without tokenizing.
+
+        Bound, for ASCII text: each slot is encoded alone (add_special_tokens=False); the tokenizer
+        splits it at its k added tokens (1 id each, at least 1 character each) into k + 1 pieces, and
+        a piece of n ASCII characters gives at most n + 1 ids (byte-level BPE: one byte or more per id;
+        SentencePiece: one character or more per id, plus the "▁" prefix). So a slot of length L gives
+        at most L + k + 1 <= 2L + 1 ids. BOS/EOS marks are one id; each image adds its tokens beyond
+        the one written. If that total is within the limit, infer_seqlen keeps every pair whole (it
+        cuts only when source + target exceed what is left), so the row is kept.
+        """
+        bound = sum(counts) - len(counts)
+        for elements in turns:
+            for text, _ in elements:
+                if text in (BOS, EOS):
+                    bound += 1
+                elif not text.isascii():
+                    return False
+                else:
+                    bound += 2 * len(text) + 1
+        return bound <= self.limit
+
+    def _encode(self, turns: list[list[tuple[str, tuple[int, ...]]]], counts: list[int]) -> list[_Turn]:
+        """Each turn's length and image spans: every string slot tokenized alone, in one batch."""
+        texts = [text for elements in turns for text, _ in elements if text not in (BOS, EOS) and text]
+        encoded = (
+            iter(self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"])
+            if texts
+            else iter(())
+        )
+        result = []
+        for elements in turns:
+            length = 0
+            spans: list[tuple[int, int, int]] = []
+            for text, images in elements:
+                if text in (BOS, EOS):
+                    length += self._special_ids.get(text) is not None
+                    continue
+                if not text:
+                    continue
+                ids = next(encoded)
+                positions = [i for i, token in enumerate(ids) if token == self._image_id]
+                extra = 0
+                if len(positions) == len(images):  # else literal image tokens in the text: no spans
+                    for image, position in zip(images, positions, strict=True):
+                        start = length + position + extra
+                        spans.append((image, start, start + counts[image]))
+                        extra += counts[image] - 1
+                else:
+                    extra = sum(counts[image] - 1 for image in images)
+                length += len(ids) + extra
+            result.append(_Turn(length, tuple(spans)))
+        return result
+
+    def _truncate(self, turns: list[_Turn], counts: list[int]) -> TrainerFate:
+        """SupervisedDatasetProcessor._encode_data_example's loop, on lengths instead of ids."""
+        pairs = [(turns[i], turns[i + 1]) for i in range(0, len(turns), 2)]
+        if self.mask_history:
+            pairs = pairs[::-1]  # high priority for last turns
+        total = 0
+        full = sum(turn.length for turn in turns)
+        answer_lost = 0
+        cut: dict[int, int] = {}  # image -> tokens cut
+        for turn_idx, (source, target) in enumerate(pairs):
+            if total >= self.limit:
+                kept_source = kept_target = 0
+            else:
+                kept_source, kept_target = infer_seqlen(source.length, target.length, self.limit - total)
+                total += kept_source + kept_target
+            for turn, kept in ((source, kept_source), (target, kept_target)):
+                for image, start, end in turn.images:
+                    lost = end - max(start, kept) if kept < end else 0
+                    if lost:
+                        cut[image] = cut.get(image, 0) + lost
+            trained_target = not (self.mask_history and turn_idx != 0)
+            if trained_target:
+                answer_lost += target.length - kept_target
+            if self.train_on_prompt:
+                answer_lost += source.length - kept_source
+        image_lost = sum(cut.values())
+        if image_lost:
+            first = min(cut)
+            which = f"{cut[first]} of image {first + 1}'s {counts[first]} tokens"
+            if len(cut) > 1:
+                which += f" and tokens of {len(cut) - 1} more image(s)"
+            return self._fate(
+                "crash",
+                length=total,
+                answer_tokens_lost=answer_lost,
+                image_tokens_lost=image_lost,
+                reason=f"the {full}-token row is cut to {total} (cutoff_len {self.cutoff_len}): {which} are "
+                'cut, but every image still goes to the model: "Image features and image tokens do not match"',
+                fix=f"raise cutoff_len to {full + (1 if self.packing else 0)}, lower image_max_pixels, or drop the row",
+            )
+        if total < full:
+            return self._fate(
+                "truncated",
+                length=total,
+                answer_tokens_lost=answer_lost,
+                reason=f"the {full}-token row is cut to {total} (cutoff_len {self.cutoff_len}, per turn): "
+                f"{answer_lost} trained answer token(s) lost",
+                fix=f"raise cutoff_len to {full + (1 if self.packing else 0)}, or shorten or split the conversation",
+            )
+        return self._fate("kept", length=total, reason=f"{total} tokens <= {self.limit}")
+
+
+def _text(message: Message) -> str:
+    return "".join(part.text for part in message.parts if not part.is_image)
+
+
+def _apply(slots: tuple[str, ...], **values: str) -> list[str]:
+    """StringFormatter.apply: in each string slot, each {{name}} replaced once, in keyword order."""
+    applied = []
+    for slot in slots:
+        if slot not in (BOS, EOS):
+            for name, value in values.items():
+                slot = slot.replace("{{" + name + "}}", value, 1)
+        applied.append(slot)
+    return applied
+
+
+def _raw(template: LfTemplate, role: Role) -> tuple[str, ...]:
+    return template.user if role is Role.USER else template.assistant
+
+
+def _invalid_turns(messages: tuple[Message, ...]) -> str | None:
+    """Why LLaMA-Factory's converter or processor skips these turns (after a leading system), or None."""
+    for position, message in enumerate(messages):
+        expected = Role.USER if position % 2 == 0 else Role.ASSISTANT
+        if message.role is not expected:
+            return f"turn {position + 1} is a {message.role.value} turn where a {expected.value} turn is due: Invalid role tag"
+    if len(messages) % 2:
+        return (
+            f"{len(messages)} turns after the system prompt, an odd count: the last user turn has no answer"
+        )
+    if not messages:
+        return "no turns: Dropped invalid example"
+    return None
+
+
+def _token_id(tokenizer: Any, token: str) -> int | None:
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or (found == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        return None
+    return int(found)
