@@ -281,6 +281,9 @@ class LlamaFactoryPipeline(Pipeline):
         described["trainer"] = self._label()
         return described
 
+    def _limit_text(self) -> str:
+        return f"cutoff_len {self.cutoff_len}" + (", less 1 for packing" if self.packing else "")
+
     def _label(self) -> str:
         template = self.template.name if self.template else "by model"
         packing = ", packing" if self.packing else ""
@@ -459,7 +462,7 @@ class LlamaFactoryPipeline(Pipeline):
                 length=total,
                 answer_tokens_lost=answer_lost,
                 image_tokens_lost=image_lost,
-                reason=f"the {full}-token row is cut to {total} (cutoff_len {self.cutoff_len}): {which} are "
+                reason=f"the {full}-token row is cut to {total} ({self._limit_text()}): {which} are "
                 'cut, but every image still goes to the model: "Image features and image tokens do not match"',
                 fix=f"raise cutoff_len to {full + (1 if self.packing else 0)}, lower image_max_pixels, or drop the row",
             )
@@ -468,7 +471,7 @@ class LlamaFactoryPipeline(Pipeline):
                 "truncated",
                 length=total,
                 answer_tokens_lost=answer_lost,
-                reason=f"the {full}-token row is cut to {total} (cutoff_len {self.cutoff_len}, per turn): "
+                reason=f"the {full}-token row is cut to {total} ({self._limit_text()}, per turn): "
                 f"{answer_lost} trained answer token(s) lost",
                 fix=f"raise cutoff_len to {full + (1 if self.packing else 0)}, or shorten or split the conversation",
             )
