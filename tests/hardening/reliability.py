@@ -73,6 +73,11 @@ def render(records: dict[tuple[str, str], str]) -> str:
         "above 64 MiB or nested deeper than 1024 levels, and a string above 16 MiB inside a JSON array",
         "are reported (VLM101) and not parsed; images above the `bomb_pixels` threshold are never",
         "decoded (VLM202); only regular files are opened.",
+        "",
+        "Known limits: a row's text is tokenized whole, and the tokenizer's memory grows with it (about",
+        "0.3 GB per MB of text with Qwen's tokenizer: a 10 MB conversation takes some 30 s and 3 GB), so",
+        "a line just under the 64 MiB cap can need tens of GB; in a JSON array, an integer beyond 64 bits",
+        "stops the reading of the file (ijson's C parser), where JSON Lines reads it as a float.",
     ]
     for area, (title, scope) in AREAS.items():
         cases = [(case, outcome) for (key, case), outcome in records.items() if key == area]
