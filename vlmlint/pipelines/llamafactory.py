@@ -49,7 +49,13 @@ if TYPE_CHECKING:
     from vlmlint.sample import RowResult
 
 VERSION = "0.9.5"
-BOS, EOS = "{bos_token}", "{eos_token}"  # LLaMA-Factory's {"bos_token"} / {"eos_token"} slot sets
+
+
+class _Mark(str):
+    """A {"bos_token"} / {"eos_token"} slot: one special id, never text (told apart by type, not value)."""
+
+
+BOS, EOS = _Mark("bos_token"), _Mark("eos_token")
 
 
 @dataclass(frozen=True)
@@ -386,7 +392,7 @@ class LlamaFactoryPipeline(Pipeline):
         bound = sum(counts) - len(counts)
         for elements in turns:
             for text, _ in elements:
-                if text in (BOS, EOS):
+                if isinstance(text, _Mark):
                     bound += 1
                 elif not text.isascii():
                     return False
@@ -396,7 +402,7 @@ class LlamaFactoryPipeline(Pipeline):
 
     def _encode(self, turns: list[list[tuple[str, tuple[int, ...]]]], counts: list[int]) -> list[_Turn]:
         """Each turn's length and image spans: every string slot tokenized alone, in one batch."""
-        texts = [text for elements in turns for text, _ in elements if text not in (BOS, EOS) and text]
+        texts = [text for elements in turns for text, _ in elements if not isinstance(text, _Mark) and text]
         encoded = (
             iter(self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"])
             if texts
@@ -407,7 +413,7 @@ class LlamaFactoryPipeline(Pipeline):
             length = 0
             spans: list[tuple[int, int, int]] = []
             for text, images in elements:
-                if text in (BOS, EOS):
+                if isinstance(text, _Mark):
                     length += self._special_ids.get(text) is not None
                     continue
                 if not text:
@@ -486,7 +492,7 @@ def _apply(slots: tuple[str, ...], **values: str) -> list[str]:
     """StringFormatter.apply: in each string slot, each {{name}} replaced once, in keyword order."""
     applied = []
     for slot in slots:
-        if slot not in (BOS, EOS):
+        if not isinstance(slot, _Mark):
             for name, value in values.items():
                 slot = slot.replace("{{" + name + "}}", value, 1)
         applied.append(slot)
