@@ -28,6 +28,10 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
         "VLM204: also images the processor enlarges more than this (area) to its min_pixels",
     ),
     "bomb_pixels": (89_478_485, "VLM202: images above this many pixels are never decoded (PIL's limit)"),
+    "max_text_chars": (
+        1_000_000,
+        "VLM408: rows whose rendered text is longer are not tokenized (about 250k tokens or more)",
+    ),
     "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
 }
 THRESHOLD_DEFAULTS: Mapping[str, float] = MappingProxyType({k: v for k, (v, _) in THRESHOLDS.items()})

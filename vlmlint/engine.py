@@ -325,6 +325,13 @@ class Scanner:
         except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
             prepared.count_error = f"template: the chat template rejects this row: {exc}"
             return prepared
+        limit = self.config.thresholds["max_text_chars"]
+        if len(rendered) > limit:  # time and memory bound: tokenizers need ~0.3 GB per MB of text
+            prepared.count_error = (
+                f"oversized: the rendered text is {len(rendered):,} characters, above max_text_chars "
+                f"({int(limit):,}); not tokenized"
+            )
+            return prepared
         written = rendered.count(self.family.placeholder) if self.family.placeholder else len(images)
         if written != len(images):
             prepared.count_error = (

@@ -74,10 +74,12 @@ def render(records: dict[tuple[str, str], str]) -> str:
         "are reported (VLM101) and not parsed; images above the `bomb_pixels` threshold are never",
         "decoded (VLM202); only regular files are opened.",
         "",
-        "Known limits: a row's text is tokenized whole, and the tokenizer's memory grows with it (about",
-        "0.3 GB per MB of text with Qwen's tokenizer: a 10 MB conversation takes some 30 s and 3 GB), so",
-        "a line just under the 64 MiB cap can need tens of GB; in a JSON array, an integer beyond 64 bits",
-        "stops the reading of the file (ijson's C parser), where JSON Lines reads it as a float.",
+        "A row whose rendered text is longer than `max_text_chars` (1,000,000 characters, some 250k",
+        "tokens or more) is reported (VLM408) and not tokenized: the tokenizer's memory grows with the",
+        "text (about 0.3 GB per MB with Qwen's tokenizer), and no model's context holds such a row.",
+        "",
+        "Known limits: in a JSON array, an integer beyond 64 bits stops the reading of the file (ijson's",
+        "C parser), where JSON Lines reads it as a float.",
     ]
     for area, (title, scope) in AREAS.items():
         cases = [(case, outcome) for (key, case), outcome in records.items() if key == area]

@@ -380,3 +380,22 @@ def test_truncated_tar_shard(tmp_path, record):
         "WebDataset tar shard cut in half",
         "the complete samples are read; the cut is a VLM101 finding",
     )
+
+
+def test_a_20_mb_conversation_is_reported_not_tokenized(tmp_path, record):
+    """Tokenizers need ~0.3 GB per MB of text: such a row is VLM408 (max_text_chars), in bounded time."""
+    from PIL import Image
+
+    Image.new("RGB", (64, 64)).save(tmp_path / "a.jpg")
+    huge = {"id": "huge", "image": "a.jpg", "conversations": [
+        {"from": "human", "value": "<image>\nSummarise."}, {"from": "gpt", "value": "log line\n" * 2_300_000}]}  # fmt: skip
+    (tmp_path / "data.jsonl").write_text(json.dumps(huge) + "\n" + GOOD_LINE.decode() + "\n")
+    result = run_cli("scan", str(tmp_path / "data.jsonl"), "--verify", "0", "-q", "-f", "json", timeout=60)
+    codes = [(f["id"], f["code"]) for f in result.report["findings"]]
+    assert ("huge", "VLM408") in codes, codes
+    assert result.report["summary"]["samples"] == 2
+    record(
+        "manifests",
+        "a 20 MB conversation (one JSON Lines row)",
+        "VLM408 oversized-text: not tokenized (above max_text_chars, 1,000,000 characters); the scan goes on",
+    )

@@ -447,3 +447,31 @@ class ImageTokenBudget(Rule):
             "; ".join(parts) + " (memory risk)",
             ", ".join(options[:-1]) + f", or {options[-1]}",
         )
+
+
+class OversizedText(Rule):
+    """The row's text is so long that vlmlint does not tokenize it (above max_text_chars).
+
+    **Why** A conversation of millions of characters is a broken row (a file pasted whole, a runaway
+    generation, text concatenated by mistake): it is far beyond any model's context, and tokenizing it
+    costs seconds and gigabytes (tokenizers need about 0.3 GB per MB of text), which a linter run on
+    untrusted data in CI must not spend. The row is reported instead of counted.
+
+    **Example** A row whose answer holds a 5 MB log file: 5,000,000 characters, some 1.2 million tokens.
+
+    **Fix** Remove or cut the row; if rows this long are intended, raise the bound with
+    `--threshold max_text_chars=N`.
+    """
+
+    code = "VLM408"
+    name = "oversized-text"
+    severity = Severity.ERROR
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        if row.count_error and row.count_error.startswith("oversized:"):
+            limit = int(context.thresholds["max_text_chars"])
+            yield self.finding(
+                row,
+                row.count_error.removeprefix("oversized:").strip(),
+                f"remove or cut the row; to count it anyway, --threshold max_text_chars={limit * 10}",
+            )
