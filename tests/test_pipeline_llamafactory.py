@@ -336,3 +336,16 @@ def test_image_placeholder_in_the_system_prompt_raises(tmp_path):
     (outcome,) = list(Scanner(config, model=_model("qwen2-vl")).scan())
     assert outcome.result.trainer.status == "raise"
     assert "VLM604" in [f.code for f in outcome.findings]
+
+
+@pytest.mark.parametrize("model", ["qwen2-vl", "llava-v1.6-mistral-7b"])
+def test_exact_images_give_the_same_fates(model, monkeypatch):
+    """--exact: decoded images are transposed back to their stored size and pre-resized the same way.
+
+    LLaVA-NeXT's count depends on the orientation: the EXIF-rotated row (8) is 1972 tokens stored,
+    1992 rotated, and LLaMA-Factory gives 1972.
+    """
+    monkeypatch.setattr(LlamaFactoryPipeline, "_surely_fits", lambda self, turns, counts: False)
+    run = next(run for run in EXPECTED["runs"] if run["model"] == model and run["dataset"] == "mllm_demo")
+    exact = [_outcome(outcome) for outcome in _scan(run["dataset"], model, run["options"], exact=True)]
+    assert exact == [_expected(row) for row in run["rows"]]
