@@ -43,12 +43,20 @@ class FailLevel(str, Enum):
     info = "info"
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
 def _fail(message: str) -> typer.Exit:
-    _stderr().print(f"[bold red]vlmlint:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # Why escape: messages hold brackets ("folder[train]", "vlmlint[ray]") that are not markup.
+    _stderr().print(f"[bold red]vlmlint:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_ERROR)
 
 
@@ -181,6 +189,17 @@ def scan(
         str | None,
         typer.Option(help="Record every finding in this baseline file and exit 0 (accept them as they are)."),
     ] = None,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="local: this machine's processes; ray: a Ray Data job, same report "
+            "(pip install 'vlmlint[ray]')."
+        ),
+    ] = Engine.local,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local instance)."),
+    ] = None,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -262,6 +281,13 @@ def scan(
 
     if scanner.model.notice and not quiet:
         _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
+    if engine is Engine.ray:  # the same scan as a Ray Data job; a Ray it starts stops at exit
+        from vlmlint.ray_engine import RayScanner, RayUnavailable
+
+        try:
+            scanner = RayScanner(scanner, ray_address)
+        except RayUnavailable as exc:
+            raise _fail(str(exc)) from None
 
     stdout = _OutputFile(output) if output else sys.stdout
     summary = Summary()
