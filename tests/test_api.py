@@ -87,6 +87,37 @@ def test_dict_of_columns_and_dataframe(demo):
     )
 
 
+def test_spark_style_frames(demo):
+    """mapInPandas hands over pandas frames made from Arrow: numpy arrays in cells, dicts for structs."""
+    pandas = pytest.importorskip("pandas")
+    import pyarrow
+
+    folder, rows = demo
+    settings = _settings(folder)
+    expected = [f.to_dict() for f in vlmlint.check_batch(rows, settings)]
+    frame = pyarrow.Table.from_pylist(rows).to_pandas()
+    assert type(frame["conversations"].iloc[0]).__module__ == "numpy"  # what Spark gives too
+    # The docs' lint function (docs/scale.md), fed two batches as Spark would.
+    findings_schema = (
+        "code string, name string, severity string, message string, fix string, "
+        "source string, line long, index long, id string, fingerprint string"
+    )
+    columns = [field.split()[0] for field in findings_schema.split(", ")]
+
+    def lint(frames):
+        for part in frames:
+            findings = vlmlint.check_batch(part, settings, source="train")
+            yield pandas.DataFrame([finding.to_dict() for finding in findings], columns=columns)
+
+    halves = [frame.iloc[:20], frame.iloc[20:].reset_index(drop=True)]
+    out = pandas.concat(list(lint(halves)), ignore_index=True)
+    assert list(out.columns) == columns and set(out["source"]) == {"train"}
+    assert sorted(out["code"]) == sorted(f["code"] for f in expected if f["code"] != "VLM107")
+    assert [f.to_dict() for f in vlmlint.check_batch(frame, settings)] == expected
+    extended = frame.assign(**vlmlint.row_columns(frame, settings))
+    assert extended["vlmlint_ok"].dtype == bool and len(extended) == len(rows)
+
+
 def test_sources_and_indices(demo):
     folder, rows = demo
     findings = vlmlint.check_batch(rows[:8], _settings(folder), source="part-3", indices=range(100, 108))
