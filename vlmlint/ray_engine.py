@@ -352,7 +352,8 @@ class RayScanner:
                 columns = batch.to_pydict()
                 rows = zip(columns["part"], columns["pos"], columns["error"], columns["blob"], strict=True)
                 for part, pos, error, blob in rows:
-                    if (part, pos) <= last:
+                    # Each part's rows, from 0 without a gap, parts in order (an empty one has none).
+                    if not (pos == last[1] + 1 if part == last[0] else part > last[0] and pos == 0):
                         raise RuntimeError(f"Ray returned rows out of order: {(part, pos)} after {last}")
                     last = (part, pos)
                     if error:  # the reader's exception, raised as a local scan raises it
