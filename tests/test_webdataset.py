@@ -211,3 +211,37 @@ def test_cli_scans_a_shard_pattern(demo_copy):
         "part-001.tar.gz",
         "part-002.tar",
     }
+
+
+def test_conversation_rows_get_their_image_members(tmp_path):
+    png = (DATASETS / "_images" / "sq_56x56.png").read_bytes()
+    jpg = (DATASETS / "_images" / "vga_640x480.jpg").read_bytes()
+    openai = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image", "image": "k1.a.png"}, {"type": "text", "text": "hi"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "yo"}]},
+        ]
+    }
+    sharegpt = {
+        "messages": [
+            {"role": "user", "content": "<image><image>two"},
+            {"role": "assistant", "content": "ok"},
+        ],
+        "images": ["jpg", "k2.b.png"],
+    }
+    with tarfile.open(tmp_path / "c.tar", "w") as tar:
+        _add(tar, "k1.a.png", png)
+        _add(tar, "k1.json", json.dumps(openai).encode())
+        _add(tar, "k2.jpg", jpg)
+        _add(tar, "k2.b.png", png)
+        _add(tar, "k2.json", json.dumps(sharegpt).encode())
+        _add(tar, "k3.jpg", jpg)
+        _add(tar, "k3.json", b"{not json")
+    first, second, third = read_webdataset(str(tmp_path / "c.tar"), layout=None, image_root=None, source="c")
+    assert first.layout == "openai" and [i.data for i in first.images] == [png]
+    assert second.layout == "openai"  # the shard's layout, from its first sample, as a file's
+    assert [i.data for i in second.images] == [jpg, png] and not second.problems
+    assert third.problems[0].code == "VLM101" and "not valid JSON" in third.problems[0].message
