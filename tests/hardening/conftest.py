@@ -111,7 +111,7 @@ def run_cli(*args: str, timeout: float = 90, cwd: Path | None = None) -> CliRun:
 
 _READER = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     from vlmlint.readers import DatasetError, iter_samples
     rows = []
     try:
@@ -120,7 +120,9 @@ _READER = textwrap.dedent(
         error = None
     except DatasetError as exc:
         error = str(exc)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    # VmHWM, not ru_maxrss: the child was forked from pytest (preexec_fn) and ru_maxrss keeps the
+    # forked image's size across exec; VmHWM belongs to the new program's memory only.
+    peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) // 1024
     print(json.dumps({"rows": rows, "error": error, "peak_mb": peak}))
     """
 )
