@@ -102,8 +102,9 @@ class TrlPipeline(Pipeline):
         answers = layout.answer_tokens()
         cut = f"the row's {length} tokens are cut to max_length {limit}"
         if lost:
-            kind = "labels" if self.assistant_only_loss else "answer tokens (every token is a label)"
-            reason = f"{cut}: {lost} of its {answers} assistant {kind} are lost"
+            reason = f"{cut}: {lost} of its {answers} assistant-turn tokens are lost"
+            if not self.assistant_only_loss:
+                reason += " (every token is a label)"
             if lost == answers:
                 reason += "; the answer is gone entirely"
             if not layout.exact:
