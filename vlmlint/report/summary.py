@@ -14,7 +14,7 @@ import orjson
 from vlmlint.engine import RowOutcome
 from vlmlint.rules import Finding, Severity
 
-KEEP_FLAGGED_ROWS = 20_000  # rows with findings kept in memory; later ones' findings spill to disk
+KEEP_FLAGGED_ROWS = 5_000  # rows with findings kept in memory (text table, HTML); later rows spill to disk
 
 
 def percentiles(values: array) -> dict[str, int | None]:
