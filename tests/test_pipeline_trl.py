@@ -157,3 +157,18 @@ def test_options_are_validated():
     with pytest.raises(PipelineError, match="assistant_only_loss"):
         load_pipeline("trl", {"assistant_only_loss": "yes"})
     assert load_pipeline("trl", {"assistant_only_loss": True}).assistant_only_loss
+
+
+def test_idefics3_fails_when_only_the_closing_marker_is_cut():
+    """SmolVLM's processor finds each image's replacement by its last character: a cut right after the
+    image tokens, before `<fake_token_around_image>`, fails there although no image token is lost."""
+    processor = real_processor(PROCESSORS / "smolvlm-256m-instruct")
+    image_end = 1132  # llava row 15: its image's tokens end at 1132, the closing marker is token 1132
+    for max_length, expected in (
+        (image_end - 1, "crash"),
+        (image_end, "crash"),
+        (image_end + 1, "truncated"),
+    ):
+        result = _fates("smolvlm-256m-instruct", "llava/data.jsonl", max_length=max_length)[15]
+        assert result.trainer.status == expected, (max_length, result.trainer.reason)
+        assert (_live(processor, result.sample, max_length) is None) == (expected == "crash")

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from vlmlint.sample import RowResult
 
 TRL_VERSION = "TRL 1.16.0"
+# Processors that locate each image's replacement text by its first and last character and fail when
+# the cut removes the last one (Idefics3Processor.__call__: char_to_token(end - 1) is None).
+_SPAN_CHECKING_FAMILIES = frozenset({"idefics3"})
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
@@ -84,8 +87,21 @@ class TrlPipeline(Pipeline):
         if length <= limit:
             return TrainerFate("kept", label, length=length)
         image_lost = layout.image_tokens_past(limit)
-        if image_lost:
+        closing = _closing_tokens(scanner, prepared)
+        if image_lost or any(end + closing > limit for _, end, _ in layout.images):
             total = layout.image_tokens
+            if not image_lost:  # only the marker that closes an image is cut (Idefics3)
+                return TrainerFate(
+                    "crash",
+                    label,
+                    length=limit,
+                    reason=(
+                        f"the row's {length} tokens are cut to max_length {limit} just after an image's "
+                        "tokens, before the marker that closes it: the Idefics3 processor cannot find the "
+                        "image's end and raises TypeError"
+                    ),
+                    fix=f"raise max_length to {length} (or none), or shrink the row's images",
+                )
             return TrainerFate(
                 "crash",
                 label,
@@ -119,3 +135,15 @@ class TrlPipeline(Pipeline):
             reason=reason,
             fix=f"raise max_length to {length}, or shorten the row's text or images",
         )
+
+
+def _closing_tokens(scanner: Scanner, prepared: Any) -> int:
+    """Tokens after an image's last run that its processor needs too (the closing marker), or 0."""
+    if scanner.family.name not in _SPAN_CHECKING_FAMILIES or not prepared.counts:
+        return 0
+    expansion = scanner.family.expand(prepared.counts[-1], scanner.model.settings)
+    last_run = max(i for i, segment in enumerate(expansion) if not isinstance(segment, str))
+    closing = "".join(segment for segment in expansion[last_run + 1 :] if isinstance(segment, str))
+    if not closing:
+        return 0
+    return len(scanner.model.tokenizer(closing, add_special_tokens=False)["input_ids"])
