@@ -96,6 +96,47 @@ def _foreign_placeholders(family: Any, tokenizer: Any) -> frozenset[str]:
     return frozenset(token for token in others if token not in own)
 
 
+_FAST_PROBES = (
+    "Hello world",
+    "  two  spaces and\ttabs\n\nnewlines ",
+    "ÉCOLE 你好 🙂 ﬁ ９９",
+    "<image>\n<|image_pad|>[IMG]<start_of_image><s></s><|im_start|>user\n",
+    "",
+)
+
+
+def _fast_encoder(tokenizer: Any, add_special_tokens: bool) -> Any:
+    """The tokenizers (Rust) batch encoder when it gives exactly what tokenizer(...) gives, else None.
+
+    Why: transformers' __call__ turns every row's ids into Python lists and a BatchEncoding while
+    holding the GIL (some 30 us a row), which the reading/rules thread then waits for; vlmlint needs
+    only lengths. Used only for classes that keep TokenizersBackend's own encoding path (no override),
+    with no special-token splitting, truncation or padding, and when probe texts agree.
+    """
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return None
+    cls = type(tokenizer)
+    if not isinstance(tokenizer, TokenizersBackend):
+        return None
+    for name in ("__call__", "_encode_plus", "_batch_encode_plus", "encode", "tokenize", "_call_one"):
+        if getattr(cls, name, None) is not getattr(TokenizersBackend, name, None):
+            return None
+    if getattr(tokenizer, "split_special_tokens", False):
+        return None
+    backend = tokenizer._tokenizer
+    # One call through transformers leaves the backend as transformers sets it (no truncation/padding).
+    expected = [
+        len(ids) for ids in tokenizer(list(_FAST_PROBES), add_special_tokens=add_special_tokens)["input_ids"]
+    ]
+    if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens:
+        return None
+    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    got = [len(encoding) for encoding in encode(list(_FAST_PROBES), add_special_tokens=add_special_tokens)]
+    return encode if got == expected else None
+
+
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """Messages as processor.apply_chat_template receives them: typed parts, images in place."""
     return [
@@ -143,6 +184,7 @@ class Scanner:
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self.pipeline.bind(self.model)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
+        self._fast_encode: Any = False  # _fast_encoder(...) on first use: the Rust batch encoder or None
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
@@ -417,6 +459,13 @@ class Scanner:
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
+        if self._fast_encode is False:
+            self._fast_encode = _fast_encoder(self.model.tokenizer, self.family.add_special_tokens)
+        if self._fast_encode is not None:
+            return [
+                len(encoding)
+                for encoding in self._fast_encode(texts, add_special_tokens=self.family.add_special_tokens)
+            ]
         encoded = self.model.tokenizer(
             texts, add_special_tokens=self.family.add_special_tokens, return_attention_mask=False
         )
