@@ -19,10 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DATASETS, real_processor
+from tests.profile_checks import scan_equals_real_processor, second_load_does_not_rebuild
 from tests.test_profiles import CORPUS, FRAGMENTS
-from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
 from vlmlint.models import load_model, profiles
 
 IMAGE, PAD = 32000, 32001
@@ -112,40 +110,15 @@ def test_random_text_equals_sentencepiece(llava_next, sentencepiece_model, text)
 def test_llava_scan_equals_the_real_processor(llava_next):
     """`vlmlint scan fixtures/datasets/llava --model llava-next` against transformers' LlavaNextProcessor
     built from the same profile folder: real Mistral-7B tokenizer, settings and chat template."""
-    from tests.test_fixtures import _decode
-
-    folder = profiles.profile_folder(profiles.PROFILES["llava-next"])
-    processor = real_processor(folder)
-    config = build_config(str(DATASETS / "llava"), {"model": "llava-next"}, {})
-    scanner = Scanner(ScanConfig(**{**config.__dict__}), model=llava_next)
-    checked = 0
-    for outcome in scanner.scan():
-        result = outcome.result
-        if result.seq_len is None:
-            continue
-        sample = result.sample
-        text = processor.apply_chat_template(conversation_for_template(sample.messages))
-        images = [_decode(ref) for ref in sample.images]
-        output = processor(text=[text], images=[images] if images else None, return_tensors=None)
-        ids = list(output["input_ids"][0])
-        assert result.seq_len == len(ids), sample.location
-        assert sum(result.image_tokens) == ids.count(IMAGE), sample.location
-        checked += 1
-    assert checked >= 10
+    assert len(scan_equals_real_processor("llava-next", llava_next, IMAGE)) >= 10
 
 
 def test_second_load_does_not_rebuild(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLMLINT_CACHE", str(tmp_path))
-    profiles._mistral_v1_identity.cache_clear()
-    calls = []
-    real_build = profiles.build_sentencepiece_bpe
-    monkeypatch.setattr(profiles, "build_sentencepiece_bpe", lambda *a: calls.append(a) or real_build(*a))
-    first = load_model("llava-next")
-    assert len(calls) == 1 and len(list((tmp_path / "tokenizers").glob("mistral-v1-*.json"))) == 1
-
-    def refuse(*args):
-        raise AssertionError("the Mistral-7B tokenizer was rebuilt")
-
-    monkeypatch.setattr(profiles, "build_sentencepiece_bpe", refuse)
-    profiles._mistral_v1_identity.cache_clear()
-    assert load_model("llava-next").tokenizer("Hello")["input_ids"] == first.tokenizer("Hello")["input_ids"]
+    second_load_does_not_rebuild(
+        tmp_path,
+        monkeypatch,
+        "llava-next",
+        "build_sentencepiece_bpe",
+        "_mistral_v1_identity",
+        "mistral-v1-*.json",
+    )

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATASETS, real_processor
+from tests.profile_checks import scan_equals_real_processor
 from tests.test_profiles import CORPUS
-from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
 from vlmlint.models import load_model, profiles
 
 IMAGE_ID, VIDEO_ID = 151646, 151647
@@ -66,23 +64,4 @@ def test_same_tokens_as_the_qwen2_vl_profile(onevision):
 def test_llava_scan_equals_the_real_processor(onevision):
     """`vlmlint scan fixtures/datasets/llava --model llava-onevision` against transformers'
     LlavaOnevisionProcessor built from the same profile folder (images nested per row)."""
-    from tests.test_fixtures import _decode
-
-    folder = profiles.profile_folder(profiles.PROFILES["llava-onevision"])
-    processor = real_processor(folder)
-    config = build_config(str(DATASETS / "llava"), {"model": "llava-onevision"}, {})
-    scanner = Scanner(ScanConfig(**{**config.__dict__}), model=onevision)
-    checked = 0
-    for outcome in scanner.scan():
-        result = outcome.result
-        if result.seq_len is None:
-            continue
-        sample = result.sample
-        text = processor.apply_chat_template(conversation_for_template(sample.messages))
-        images = [_decode(ref) for ref in sample.images]
-        output = processor(text=[text], images=[images] if images else None, return_tensors=None)
-        ids = list(output["input_ids"][0])
-        assert result.seq_len == len(ids), sample.location
-        assert sum(result.image_tokens) == ids.count(IMAGE_ID), sample.location
-        checked += 1
-    assert checked >= 10
+    assert len(scan_equals_real_processor("llava-onevision", onevision, IMAGE_ID)) >= 10

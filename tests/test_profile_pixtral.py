@@ -10,10 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DATASETS, real_processor
+from tests.profile_checks import scan_equals_real_processor, second_load_does_not_rebuild
 from tests.test_profiles import CORPUS, FRAGMENTS
-from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
 from vlmlint.models import load_model, profiles
 
 IMG, IMG_BREAK, IMG_END = 10, 12, 13
@@ -92,41 +90,12 @@ def test_random_text_equals_tekkenizer(pixtral, tekken, text):
 def test_llava_scan_equals_the_real_processor(pixtral):
     """`vlmlint scan fixtures/datasets/llava --model pixtral` against transformers' PixtralProcessor
     built from the same profile folder: real Tekken tokenizer, settings and chat template."""
-    from tests.test_fixtures import _decode
-
-    folder = profiles.profile_folder(profiles.PROFILES["pixtral"])
-    processor = real_processor(folder)
-    config = build_config(str(DATASETS / "llava"), {"model": "pixtral"}, {})
-    scanner = Scanner(ScanConfig(**{**config.__dict__}), model=pixtral)
-    checked = 0
-    for outcome in scanner.scan():
-        result = outcome.result
-        if result.seq_len is None:
-            continue
-        sample = result.sample
-        text = processor.apply_chat_template(conversation_for_template(sample.messages))
-        images = [_decode(ref) for ref in sample.images]
-        output = processor(text=[text], images=[images] if images else None, return_tensors=None)
-        ids = list(output["input_ids"][0])
-        assert result.seq_len == len(ids), sample.location
-        assert sum(result.image_tokens) == ids.count(IMG), sample.location  # [IMG] only, as reported
-        assert ids.count(IMG_END) == len(images), sample.location
-        checked += 1
-    assert checked >= 10
+    rows = scan_equals_real_processor("pixtral", pixtral, IMG)  # [IMG] only, as reported
+    assert all(ids.count(IMG_END) == images for ids, images in rows)
+    assert len(rows) >= 10
 
 
 def test_second_load_does_not_rebuild(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLMLINT_CACHE", str(tmp_path))
-    profiles._tekken_identity.cache_clear()
-    calls = []
-    real_build = profiles.build_tekken
-    monkeypatch.setattr(profiles, "build_tekken", lambda *a: calls.append(a) or real_build(*a))
-    first = load_model("pixtral")
-    assert len(calls) == 1 and len(list((tmp_path / "tokenizers").glob("tekken-*.json"))) == 1
-
-    def refuse(*args):
-        raise AssertionError("the Tekken tokenizer was rebuilt")
-
-    monkeypatch.setattr(profiles, "build_tekken", refuse)
-    profiles._tekken_identity.cache_clear()
-    assert load_model("pixtral").tokenizer("Hello")["input_ids"] == first.tokenizer("Hello")["input_ids"]
+    second_load_does_not_rebuild(
+        tmp_path, monkeypatch, "pixtral", "build_tekken", "_tekken_identity", "tekken-*.json"
+    )

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import DATASETS, PROCESSORS, real_processor
-from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
+from tests.profile_checks import scan_equals_real_processor
+from vlmlint.config import build_config
 from vlmlint.models import load_model, profiles
 
 
@@ -217,26 +217,10 @@ def test_demo_without_model_equals_the_real_processor(qwen2_vl, reference):
     """`vlmlint scan fixtures/datasets/demo` (no --model) against transformers' Qwen2VLProcessor and
     Qwen2_5_VLProcessor, each built from its profile folder: the real Qwen tokenizer, settings and chat
     template (the two checkpoints share image settings and template; Qwen2.5 adds tokens the demo lacks)."""
-    from tests.test_fixtures import _decode
-
-    folder = profiles.profile_folder(profiles.PROFILES[reference])
-    processor = real_processor(folder)
-    config = build_config(str(DATASETS / "demo"), {}, {})
-    scanner = Scanner(ScanConfig(**{**config.__dict__}), model=qwen2_vl)
-    checked = 0
-    for outcome in scanner.scan():
-        result = outcome.result
-        if result.seq_len is None:
-            continue
-        sample = result.sample
-        text = processor.apply_chat_template(conversation_for_template(sample.messages))
-        images = [_decode(ref) for ref in sample.images] or None
-        output = processor(text=[text], images=[images] if images else None, return_tensors=None)
-        ids = list(output["input_ids"][0])
-        assert result.seq_len == len(ids), sample.location
-        assert sum(result.image_tokens) == ids.count(151655), sample.location
-        checked += 1
-    assert checked >= 36
+    assert profiles.DEFAULT_PROFILE == "qwen2-vl"
+    rows = scan_equals_real_processor("qwen2-vl", qwen2_vl, 151655, dataset="demo", reference=reference)
+    assert len(rows) >= 36
+    processor = real_processor(profiles.profile_folder(profiles.PROFILES[reference]))
     expected_class = {"qwen2-vl": "Qwen2VLProcessor", "qwen2.5-vl": "Qwen2_5_VLProcessor"}[reference]
     assert expected_class in [cls.__name__ for cls in type(processor).__mro__]
 
