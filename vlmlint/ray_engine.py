@@ -91,9 +91,9 @@ def dataset_parts(target: str) -> list[str]:
     read whole. A folder whose files include a symlink out of it is read whole too, so that the
     readers' own check of such files applies unchanged.
     """
-    from vlmlint.readers import _dataset_files, _shard_files, is_saved_dataset
+    from vlmlint.readers import _dataset_files, _shard_files, is_saved_dataset, pattern_files
     from vlmlint.readers.folder import has_metadata
-    from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, shard_paths
+    from vlmlint.readers.webdataset import is_shard_pattern
 
     if os.path.isfile(target):
         return [target]
@@ -106,13 +106,7 @@ def dataset_parts(target: str) -> list[str]:
             return files
         return [target]
     if is_shard_pattern(target):
-        paths = shard_paths(target)
-        if not paths:
-            raise DatasetError(f"{target}: the pattern names no file")
-        for path in paths:
-            if not is_shard_name(path) and not os.path.isfile(path):
-                raise DatasetError(f"{path}: no such file (named by the pattern {target})")
-        return paths
+        return pattern_files(target)
     return [target]  # a hub id, or a missing path: the reader says which
 
 

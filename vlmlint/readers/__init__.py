@@ -85,6 +85,19 @@ def _shard_files(folder: str) -> list[str]:
     return found
 
 
+def pattern_files(target: str) -> list[str]:
+    """The files a brace/glob pattern names; DatasetError for none, a missing file or a non-regular one."""
+    paths = shard_paths(target)
+    if not paths:
+        raise DatasetError(f"{target}: the pattern names no file")
+    for path in paths:
+        if not is_shard_name(path) and not os.path.isfile(path):
+            raise DatasetError(f"{path}: no such file (named by the pattern {target})")
+        if os.path.exists(path) and not is_regular_file(path):  # a FIFO would block the scan
+            raise DatasetError(f"{path}: not a regular file (named by the pattern {target})")
+    return paths
+
+
 def iter_samples(
     target: str,
     *,
@@ -118,14 +131,7 @@ def iter_samples(
         yield from _read_file(target, layout, image_root, rel)
         return
     if is_shard_pattern(target):
-        paths = shard_paths(target)
-        if not paths:
-            raise DatasetError(f"{target}: the pattern names no file")
-        for path in paths:
-            if not is_shard_name(path) and not os.path.isfile(path):
-                raise DatasetError(f"{path}: no such file (named by the pattern {target})")
-            if os.path.exists(path) and not is_regular_file(path):  # a FIFO would block the scan
-                raise DatasetError(f"{path}: not a regular file (named by the pattern {target})")
+        for path in pattern_files(target):
             yield from _read_file(path, layout, image_root, rel)
         return
     if os.path.isdir(target):
