@@ -68,3 +68,17 @@ def test_every_bad_row_is_reported_and_the_scan_reaches_the_end(tmp_path):
     assert len(outcomes) == len(lines)
     assert outcomes[-1].result.sample.id == "last" and outcomes[-1].result.seq_len is not None
     assert all(outcome.findings for outcome in outcomes[1:-1])
+
+
+def test_id_table_equals_a_dict():
+    """The compact id table of VLM107 behaves as dict.setdefault, through several growths."""
+    import random
+
+    from vlmlint.rules.rows import _IdTable
+
+    rng = random.Random(5)
+    table, reference = _IdTable(capacity=4), {}
+    for position in range(20_000):
+        key = f"id-{rng.randrange(8_000)}" if position % 7 else rng.choice(["", "é", "\ud800x", "7"])
+        assert table.setdefault(key, position) == reference.setdefault(key, position)
+    assert len(table) == len(reference)
