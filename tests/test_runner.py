@@ -79,7 +79,7 @@ def test_cli_jobs_flag_and_config(tmp_path):
 
 def test_jobs_in_config_file(tmp_path):
     assert build_config("x", {"jobs": 3}, {}).jobs == 3
-    assert build_config("x", {"jobs": 0}, {}).jobs >= 1
+    assert build_config("x", {"jobs": 0}, {}).jobs == 0  # the engine picks for the model and cores
     assert build_config("x", {"jobs": 3}, {"jobs": 1}).jobs == 1
     for bad in (-1, "2", True, 1.5):
         with pytest.raises(ConfigError):
@@ -94,3 +94,4 @@ def test_default_jobs_is_one_process_per_two_cores(monkeypatch):
     for cores, expected in ((1, 1), (2, 1), (3, 1), (8, 4), (64, 32)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert default_jobs() == expected
+        assert default_jobs(cheap_tokenizer=True) == cores

@@ -65,7 +65,9 @@ class ScanConfig:
     per_source_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
-    jobs: int = 1  # worker processes (CLI default 0: one per two cores, runner.default_jobs); 1: this process
+    jobs: int = (
+        1  # worker processes; 0: chosen for the model and cores (runner.default_jobs); 1: this process
+    )
     pipeline: str = "hf"  # the trainer whose preprocessing to predict (vlmlint/pipelines)
     pipeline_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     dataset_name: str | None = None  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
@@ -206,10 +208,7 @@ def build_config(
     jobs = merged.get("jobs", 1)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
         raise ConfigError(f"jobs must be a whole number >= 0 (0: every core), got {jobs!r}")
-    if jobs == 0:
-        from vlmlint.runner import default_jobs
-
-        merged["jobs"] = default_jobs()
+    # 0 stays 0: the engine picks the number once it knows the model (runner.default_jobs).
     if merged.get("truncation_side", "right") not in ("left", "right"):
         raise ConfigError(f"truncation-side must be left or right, got {merged['truncation_side']!r}")
     if not merged.get("model"):

@@ -137,6 +137,24 @@ def _fast_encoder(tokenizer: Any, add_special_tokens: bool) -> Any:
     return encode if got == expected else None
 
 
+def _fast_lengths(model: Model, add_special_tokens: bool) -> Any:
+    """The fastest exact counter of token lengths for this model, or None (then tokenizer(...) is used):
+    tiktoken for the built-in Qwen profiles (models/qwen_lengths.py), else the Rust batch encoder."""
+    if model.tokenizer is None:
+        return None
+    from vlmlint.models.profiles import find_profile
+    from vlmlint.models.qwen_lengths import counter_for
+
+    profile = find_profile(model.profile) if model.profile else None
+    counter = counter_for(profile, model.tokenizer, add_special_tokens)
+    if counter is not None:
+        return counter
+    encode = _fast_encoder(model.tokenizer, add_special_tokens)
+    if encode is None:
+        return None
+    return lambda texts: [len(encoding) for encoding in encode(texts, add_special_tokens=add_special_tokens)]
+
+
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
     """Messages as processor.apply_chat_template receives them: typed parts, images in place."""
     return [
@@ -184,7 +202,7 @@ class Scanner:
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self.pipeline.bind(self.model)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
-        self._fast_encode: Any = False  # _fast_encoder(...) on first use: the Rust batch encoder or None
+        self._fast_lengths: Any = False  # _fast_lengths(...) on first use: a batch length counter or None
         # A family without a header formula (the generic fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
@@ -459,13 +477,10 @@ class Scanner:
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
-        if self._fast_encode is False:
-            self._fast_encode = _fast_encoder(self.model.tokenizer, self.family.add_special_tokens)
-        if self._fast_encode is not None:
-            return [
-                len(encoding)
-                for encoding in self._fast_encode(texts, add_special_tokens=self.family.add_special_tokens)
-            ]
+        if self._fast_lengths is False:
+            self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
+        if self._fast_lengths is not None:
+            return self._fast_lengths(texts)
         encoded = self.model.tokenizer(
             texts, add_special_tokens=self.family.add_special_tokens, return_attention_mask=False
         )
@@ -569,11 +584,21 @@ class Scanner:
             rule.reset()
         if skip:
             samples = self._skipped(samples, skip)
-        if config.jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
+        jobs = config.jobs or self.default_jobs()
+        if jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
             from vlmlint.runner import scan_parallel
 
-            return scan_parallel(self, samples, config.jobs, reset=False)
+            return scan_parallel(self, samples, jobs, reset=False)
         return self.scan_samples(samples, reset=False)
+
+    def default_jobs(self) -> int:
+        """--jobs 0: every core when tokenizing is cheap for this model, else one process per two."""
+        from vlmlint.models.qwen_lengths import QwenLengths
+        from vlmlint.runner import default_jobs
+
+        if self._fast_lengths is False and self.model.tokenizer is not None:
+            self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
+        return default_jobs(cheap_tokenizer=isinstance(self._fast_lengths, QwenLengths))
 
     def _skipped(self, samples: Iterable[Sample], count: int) -> Iterator[Sample]:
         from vlmlint.runner import is_stateful

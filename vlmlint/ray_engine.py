@@ -259,7 +259,11 @@ class RayScanner:
             ray.init(address=self.address, **quiet)
         else:
             # One CPU per checking actor (--jobs of them) and one more for the read tasks.
-            ray.init(address="local", num_cpus=(self.num_cpus or self.local.config.jobs) + 1, **quiet)
+            ray.init(
+                address="local",
+                num_cpus=(self.num_cpus or self.local.config.jobs or self.local.default_jobs()) + 1,
+                **quiet,
+            )
         self._started = True
         atexit.register(self.close)
 
