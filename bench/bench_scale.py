@@ -9,8 +9,9 @@ Generates once, under bench/.data/scale/ (git-ignored):
 - a parquet file of --parquet-rows rows whose images are embedded as bytes (HF Image struct columns).
 
 Then, each as its own `vlmlint scan ... --format json -o FILE` process (default --jobs: every core):
-wall time end to end (model load included), rows/s, and the peak resident memory of the whole process
-tree (parent and workers, sampled every 50 ms from /proc). The 100k JSONL scan also runs with --jobs 1
+wall time end to end (model load included), rows/s, and the peak memory of the whole process tree
+(parent and workers, sampled every 50 ms from /proc): RSS summed (shared pages counted once per
+process) and PSS (shared pages divided among the processes: the physical memory held). The 100k JSONL scan also runs with --jobs 1
 and the two JSON reports are compared. Last, on a 2,000-row subset: vlmlint's default path against the
 naive per-row loop (decode every image, run the real processor), in this process, with the ratio.
 
@@ -132,38 +133,45 @@ def build_parquet(rows: int, pool) -> Path:
     return path
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants, from /proc."""
-    total, stack = 0, [pid]
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) bytes of a process and all its descendants, from /proc.
+
+    RSS summed over forked workers counts the pages they share with the parent once per process;
+    PSS divides each shared page among its sharers: the physical memory the scan really holds.
+    """
+    rss = pss = 0
+    stack = [pid]
     while stack:
         current = stack.pop()
         try:
-            with open(f"/proc/{current}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
+            with open(f"/proc/{current}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
                     stack.extend(int(c) for c in children.read().split())
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
-    return total
+    return rss, pss
 
 
-def run_scan(dataset: Path, model: str, out: Path, extra: list[str]) -> tuple[float, int, int]:
-    """One `vlmlint scan` process: wall seconds, peak tree RSS, exit code."""
+def run_scan(dataset: Path, model: str, out: Path, extra: list[str]) -> tuple[float, int, int, int]:
+    """One `vlmlint scan` process: wall seconds, peak tree RSS, peak tree PSS, exit code."""
     command = [sys.executable, "-m", "vlmlint.cli", "scan", str(dataset), "--model", model, "--quiet",
                "--verify", "0", "--format", "json", "-o", str(out), *extra]  # fmt: skip
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak = peak_pss = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_pss
         while not done.is_set():
-            peak = max(peak, _tree_rss(process.pid))
+            rss, pss = _tree_memory(process.pid)
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -174,7 +182,7 @@ def run_scan(dataset: Path, model: str, out: Path, extra: list[str]) -> tuple[fl
     wall = time.perf_counter() - start
     if process.returncode > 1:
         raise SystemExit(f"scan failed ({process.returncode}): {stderr.strip()}")
-    return wall, peak, process.returncode
+    return wall, peak, peak_pss, process.returncode
 
 
 def main() -> int:
@@ -198,7 +206,9 @@ def main() -> int:
     out.mkdir(exist_ok=True)
 
     print(f"\nmodel {args.model}, {os.cpu_count()} cores; each scan is one process, model load included\n")
-    print(f"{'dataset':<34}{'rows':>10}{'jobs':>6}{'wall s':>9}{'rows/s':>9}{'peak RSS MiB':>14}")
+    print(
+        f"{'dataset':<30}{'rows':>9}{'jobs':>6}{'wall s':>8}{'rows/s':>8}{'peak RSS MiB':>14}{'peak PSS MiB':>14}"
+    )
     results = {}
     runs = [(f"llava-{n}.jsonl", manifests[n], n, []) for n in sizes]
     if sizes:
@@ -217,11 +227,11 @@ def main() -> int:
     if sizes:
         first = f"llava-{sizes[0]}.jsonl"
         one = json.loads(results[(first, "1")][3].read_text())
-        every = json.loads(results[(first, "all")][3].read_text())
-        print(f"\n{first}: report with every core == report with --jobs 1: {one == every}")
+        every = json.loads(results[(first, "auto")][3].read_text())
+        print(f"\n{first}: report with the default --jobs == report with --jobs 1: {one == every}")
         if len(sizes) > 1:
-            small, big = results[(first, "all")], results[(f"llava-{sizes[-1]}.jsonl", "all")]
-            print(f"peak RSS {sizes[-1]:,} rows / {sizes[0]:,} rows: {big[2] / small[2]:.2f}x")
+            small, big = results[(first, "auto")], results[(f"llava-{sizes[-1]}.jsonl", "auto")]
+            print(f"peak PSS {sizes[-1]:,} rows / {sizes[0]:,} rows: {big[2] / small[2]:.2f}x")
 
     # The naive per-row processor loop against the default path, on the same rows, in this process.
     subset = DATA / f"subset-{args.naive_rows}.jsonl"
