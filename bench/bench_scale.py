@@ -217,11 +217,12 @@ def main() -> int:
         runs.append((parquet.name, parquet, args.parquet_rows, []))
     for label, dataset, rows, extra in runs:
         report = out / f"{label}{'-j1' if extra else ''}.json"
-        wall, peak, _ = run_scan(dataset, args.model, report, extra)
-        jobs = "1" if extra else "all"
-        results[(label, jobs)] = (rows, wall, peak, report)
+        wall, peak, pss, _ = run_scan(dataset, args.model, report, extra)
+        jobs = "1" if extra else "auto"
+        results[(label, jobs)] = (rows, wall, pss, report)
         print(
-            f"{label:<34}{rows:>10}{jobs:>6}{wall:>9.1f}{rows / wall:>9.0f}{peak / 2**20:>14.0f}", flush=True
+            f"{label:<30}{rows:>9}{jobs:>6}{wall:>8.1f}{rows / wall:>8.0f}{peak / 2**20:>14.0f}{pss / 2**20:>14.0f}",
+            flush=True,
         )
 
     if sizes:
