@@ -477,10 +477,9 @@ class Scanner:
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
-        if self._fast_lengths is False:
-            self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
-        if self._fast_lengths is not None:
-            return self._fast_lengths(texts)
+        counter = self.length_counter()
+        if counter is not None:
+            return counter(texts)
         encoded = self.model.tokenizer(
             texts, add_special_tokens=self.family.add_special_tokens, return_attention_mask=False
         )
@@ -596,9 +595,13 @@ class Scanner:
         from vlmlint.models.qwen_lengths import QwenLengths
         from vlmlint.runner import default_jobs
 
-        if self._fast_lengths is False and self.model.tokenizer is not None:
+        return default_jobs(cheap_tokenizer=isinstance(self.length_counter(), QwenLengths))
+
+    def length_counter(self) -> Any:
+        """The batch length counter (_fast_lengths), chosen once; None: tokenizer(...) itself."""
+        if self._fast_lengths is False:
             self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
-        return default_jobs(cheap_tokenizer=isinstance(self._fast_lengths, QwenLengths))
+        return self._fast_lengths
 
     def _skipped(self, samples: Iterable[Sample], count: int) -> Iterator[Sample]:
         from vlmlint.runner import is_stateful

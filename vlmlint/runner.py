@@ -64,6 +64,8 @@ def _init_worker(config, rule_codes: tuple[str, ...]) -> None:
     rules = [RULES_BY_CODE[code] for code in rule_codes]
     model = _inherited.model if _inherited is not None else None  # fork: no second model load
     _worker = Scanner(config, model=model, rules=rules)
+    if _inherited is not None:  # nor a second build of the length counter (tiktoken loads its BPE file)
+        _worker._fast_lengths = _inherited.length_counter()
 
 
 def _run_chunk(samples: list[Sample]) -> list[tuple[RowResult, tuple[Finding, ...]]]:
@@ -99,6 +101,8 @@ def scan_parallel(
     # A forked child must not use the tokenizer's thread pool that the parent may have started.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _inherited = scanner if method == "fork" else None
+    if _inherited is not None:
+        scanner.length_counter()  # built once here, inherited by every forked worker
     pool = ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context(method),
