@@ -31,7 +31,16 @@ def test_interrupted_then_resumed_equals_one_full_scan(big_dataset, tmp_path, jo
         text=True,
         start_new_session=True,
     )
-    time.sleep(12)  # at least one checkpoint saved (every 5 s)
+
+    def saved_rows() -> int:
+        try:
+            return json.loads(checkpoint.read_text())["position"]["rows"]
+        except (OSError, ValueError):
+            return 0
+
+    deadline = time.monotonic() + 120
+    while saved_rows() < 5_000 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # signal once a checkpoint holds thousands of rows (saved every 5 s)
     assert first.poll() is None, "the scan ended before the signal: make the dataset bigger"
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=60)
