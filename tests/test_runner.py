@@ -95,3 +95,53 @@ def test_default_jobs_is_one_process_per_two_cores(monkeypatch):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert default_jobs() == expected
         assert default_jobs(cheap_tokenizer=True) == cores
+
+
+def _scanned(path, jobs: int, batch_size: int = 16, **settings):
+    config = build_config(str(path), {}, {"model": MODEL, "jobs": jobs, **settings})
+    return list(Scanner(ScanConfig(**{**config.__dict__, "batch_size": batch_size})).scan())
+
+
+def test_workers_send_headlines_that_reload_to_the_whole_row(tmp_path):
+    """Rows without findings come back from a worker with a headline Sample; reload gives the row."""
+    path = _dataset(tmp_path)
+    one, two = _scanned(path, 1), _scanned(path, 2)
+    assert len(one) == len(two)
+    headlines = [o for o in two if o.reload is not None]
+    assert headlines, "some clean rows came back from the worker"
+    for a, b in zip(one, two, strict=True):
+        assert b.complete().result == a.result  # samples included: messages, images, problems
+        assert b.result.sample.location == a.result.sample.location
+        assert b.result.sample.fingerprint == a.result.sample.fingerprint
+        assert b.result.sample.id == a.result.sample.id and b.result.sample.layout == a.result.sample.layout
+        if b.findings:  # flagged rows (reports, thumbnails) are always whole
+            assert b.reload is None and b.result.sample == a.result.sample
+    for outcome in headlines:
+        assert not outcome.result.sample.messages and outcome.complete().result.sample.messages
+
+
+def test_verify_and_resume_skip_are_the_same_with_workers(tmp_path):
+    from vlmlint.verify import Verifier
+
+    path = _dataset(tmp_path, copies=20)
+    picked = []
+    for jobs in (1, 2):
+        verifier = Verifier(7)
+        scanner = Scanner(
+            ScanConfig(
+                **{**build_config(str(path), {}, {"model": MODEL, "jobs": jobs}).__dict__, "batch_size": 16}
+            )
+        )
+        for outcome in scanner.scan():
+            verifier.offer(outcome)
+        assert all(o.result.sample.messages or o.result.sample.problems for o in verifier.chosen)
+        picked.append([(o.result, o.findings) for o in verifier.chosen])
+        checked, disagreements = verifier.run(scanner)
+        assert checked == 7 and not disagreements
+    assert picked[0] == picked[1]
+    # --resume: skipping into the middle of a batch of lines scans the same rows after it
+    whole = [row_record(o) for o in _scanned(path, 2)]
+    for skip in (1, 16, 37):
+        config = build_config(str(path), {}, {"model": MODEL, "jobs": 2})
+        scanner = Scanner(ScanConfig(**{**config.__dict__, "batch_size": 16}))
+        assert [row_record(o) for o in scanner.scan(skip=skip)] == whole[skip:]

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
-from vlmlint.readers import iter_samples
+from vlmlint.readers import LineBatch, iter_samples
 from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
-from vlmlint.sample import IMAGE_PLACEHOLDER, ImageInfo, ImageRef, Message, RowResult, Sample
+from vlmlint.sample import IMAGE_PLACEHOLDER, ImageInfo, ImageRef, Message, RowResult, Sample, evolve
 
 _IMAGE_CACHE_SIZE = 65536
 # Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
@@ -46,6 +46,16 @@ FOREIGN_IMAGE_TOKENS = frozenset(
 class RowOutcome:
     result: RowResult
     findings: tuple[Finding, ...]
+    # A parallel scan (vlmlint/runner.py) brings a row without findings back from a worker with a
+    # headline Sample only (source, index, line, id, layout, fingerprint: what reports print); this
+    # rebuilds the whole Sample (messages, images) for a caller that needs it, e.g. --verify.
+    reload: Callable[[], Sample] | None = field(default=None, compare=False, repr=False)
+
+    def complete(self) -> RowOutcome:
+        """This outcome with the row's whole Sample (itself unless a parallel scan left a headline)."""
+        if self.reload is None:
+            return self
+        return RowOutcome(evolve(self.result, sample=self.reload()), self.findings)
 
 
 @dataclass
@@ -256,7 +266,7 @@ class Scanner:
             if len(self._image_cache) > _IMAGE_CACHE_SIZE:
                 self._image_cache.popitem(last=False)
         if cached.reference != ref.reference:
-            cached = replace(cached, reference=ref.reference)
+            cached = evolve(cached, reference=ref.reference)
         return cached
 
     def _with_counts(
@@ -287,7 +297,7 @@ class Scanner:
         except CountError as exc:
             return tuple(self._rejected(info, exc) for info in headers), None
         infos = tuple(
-            replace(
+            evolve(
                 info,
                 resized_width=count.resized_width,
                 resized_height=count.resized_height,
@@ -570,7 +580,8 @@ class Scanner:
         counted or reported again.
         """
         config = self.config
-        samples = iter_samples(
+        jobs = config.jobs or self.default_jobs()
+        units = iter_samples(
             config.dataset if dataset is None else dataset,
             layout=config.layout,
             image_root=config.image_root,
@@ -578,17 +589,18 @@ class Scanner:
             streaming=config.streaming,
             allow_outside_root=config.allow_outside_root,
             dataset_name=config.dataset_name,
+            # Worker processes parse JSONL lines themselves: the parent only cuts the file into batches.
+            line_batches=config.batch_size if jobs > 1 else 0,
         )
         for rule in self.rules:
             rule.reset()
         if skip:
-            samples = self._skipped(samples, skip)
-        jobs = config.jobs or self.default_jobs()
+            units = self._skipped(units, skip)
         if jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
             from vlmlint.runner import scan_parallel
 
-            return scan_parallel(self, samples, jobs, reset=False)
-        return self.scan_samples(samples, reset=False)
+            return scan_parallel(self, units, jobs, reset=False)
+        return self.scan_samples(units, reset=False)  # type: ignore[arg-type]  # no LineBatch when jobs == 1
 
     def default_jobs(self) -> int:
         """--jobs 0: every core when tokenizing is cheap for this model, else one process per two."""
@@ -603,13 +615,26 @@ class Scanner:
             self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
         return self._fast_lengths
 
-    def _skipped(self, samples: Iterable[Sample], count: int) -> Iterator[Sample]:
+    def _skipped(self, units: Iterable[Sample | LineBatch], count: int) -> Iterator[Sample | LineBatch]:
+        """Drop the first `count` rows (--resume), showing them to the rules that compare rows."""
         from vlmlint.runner import is_stateful
 
-        iterator = iter(samples)
+        iterator = iter(units)
         comparing = [rule for rule in self.rules if is_stateful(rule)]
-        for sample in islice(iterator, count):
-            for rule in comparing:
-                for _ in rule.check(RowResult(sample=sample), self.context):
-                    pass  # reported before the interruption
+        left = count
+        for unit in iterator:
+            if isinstance(unit, LineBatch):
+                if len(unit) > left:  # the batch straddles the resume point: its tail is scanned
+                    unit, rest = unit.split(left)
+                    iterator = chain([rest], iterator)
+                skipped = unit.samples()
+            else:
+                skipped = [unit]
+            for sample in skipped:
+                for rule in comparing:
+                    for _ in rule.check(RowResult(sample=sample), self.context):
+                        pass  # reported before the interruption
+            left -= len(skipped)
+            if left <= 0:
+                break
         yield from iterator

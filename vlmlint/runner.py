@@ -1,13 +1,19 @@
-"""Run a scan on several worker processes, with the same outcomes, in the same order, as one process.
+"""Run a scan on several processes, with the same outcomes, in the same order, as one process.
 
-The parent reads the dataset (readers stream rows) and cuts it into chunks of `batch_size` samples;
-each worker counts, renders, tokenizes and checks a chunk with its own Scanner (the model loaded once
-per worker: inherited from the parent where processes fork, loaded again where they spawn). Results
-come back in submission order, at most a few chunks ahead, so memory stays flat and the report is
-the same whatever the number of workers.
+`--jobs N` is N processes in all: this one and N - 1 workers. The reader cuts the dataset into chunks
+of about `batch_size` rows: JSONL as unparsed lines (LineBatch: the process that scans a chunk parses
+it, which costs less than sending parsed rows), other sources as Samples. Workers scan chunks with
+their own Scanner (the model inherited from this process where processes fork, loaded again where
+they spawn) while this process scans every N-th chunk itself and hands results on in dataset order,
+at most a few chunks ahead, so memory stays flat and the report is the same whatever N is.
 
-Rules that compare rows (they keep state across rows: duplicate ids) cannot run in a worker that sees
-only some rows: the parent runs them, in dataset order, and merges their findings in rule order.
+Why this process scans too: on a small machine a parent that only dispatched would hold a core's
+share of memory (a forked worker counts every page it shares with its parent) for little work.
+
+A row without findings comes back from a worker with a headline Sample (what reports print); the
+outcome's `reload` rebuilds the whole row from its line when a caller needs it (--verify). Rules
+that compare rows (duplicate ids) cannot run where only some rows are seen: this process runs them,
+in dataset order, and merges their findings in rule order.
 """
 
 from __future__ import annotations
@@ -17,30 +23,30 @@ import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import replace
+from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
+from vlmlint.readers import LineBatch
 from vlmlint.rules import Finding, Rule
-from vlmlint.sample import RowResult, Sample
+from vlmlint.sample import RowResult, Sample, evolve
 
 if TYPE_CHECKING:
     from vlmlint.engine import RowOutcome, Scanner
 
-_IN_FLIGHT_PER_WORKER = 2  # chunks queued per worker: enough to keep it busy, little memory
+Unit = Sample | LineBatch
+Chunk = list[Unit]
 _worker: Scanner | None = None  # this worker process's scanner
 _inherited: Scanner | None = None  # the parent's scanner, inherited by forked workers
 
 
 def default_jobs(cheap_tokenizer: bool = False) -> int:
-    """Worker processes that keep every core busy (--jobs 0, the CLI's default).
+    """Processes that keep every core busy (--jobs 0, the CLI's default).
 
     With the tokenizers pipeline each process keeps two cores busy, its Python thread (reading,
     counting, rules) and its tokenizer thread (Rust, GIL released): one process per two cores (on 2
-    cores one process beats a pool, which adds the cost of sending rows). Where tokenizing is cheap
+    cores one process beats two, which add the cost of sending rows). Where tokenizing is cheap
     (tiktoken for the built-in Qwen profiles) the Python work fills a core per process: every core.
-    Measured on 2 cores, 100k rows: Qwen2-VL 5,197 rows/s with 1 process, 5,981-7,245 with 2;
-    LLaVA-NeXT 6,201 with 1, 5,111 with 2.
     """
     try:
         cores = len(os.sched_getaffinity(0))
@@ -54,37 +60,67 @@ def is_stateful(rule: Rule) -> bool:
     return type(rule).reset is not Rule.reset
 
 
+def expand(units: Iterable[Unit]) -> Iterator[Sample]:
+    """Samples from reader units: a LineBatch is parsed here."""
+    for unit in units:
+        if isinstance(unit, LineBatch):
+            yield from unit.samples()
+        else:
+            yield unit
+
+
+def headline(sample: Sample) -> Sample:
+    """What reports print of a row (its place, id, layout, content hash), without its content."""
+    return Sample(
+        source=sample.source,
+        index=sample.index,
+        line=sample.line,
+        id=sample.id,
+        layout=sample.layout,
+        fingerprint=sample.fingerprint,
+        key=sample.key,
+    )
+
+
 def _init_worker(config, rule_codes: tuple[str, ...]) -> None:
     # Ctrl-C goes to the whole process group: the parent decides what happens, workers just stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _worker
+    _worker = _stateless_scanner(_inherited, config, rule_codes)
+
+
+def _stateless_scanner(parent: Scanner | None, config, rule_codes: tuple[str, ...]) -> Scanner:
     from vlmlint.engine import Scanner
     from vlmlint.rules import RULES_BY_CODE
 
-    global _worker
     rules = [RULES_BY_CODE[code] for code in rule_codes]
-    model = _inherited.model if _inherited is not None else None  # fork: no second model load
-    _worker = Scanner(config, model=model, rules=rules)
-    if _inherited is not None:  # nor a second build of the length counter (tiktoken loads its BPE file)
-        _worker._fast_lengths = _inherited.length_counter()
+    model = parent.model if parent is not None else None  # fork: no second model load
+    scanner = Scanner(config, model=model, rules=rules)
+    if parent is not None:  # nor a second build of the length counter (tiktoken loads its BPE file)
+        scanner._fast_lengths = parent.length_counter()
+    return scanner
 
 
-def _run_chunk(samples: list[Sample]) -> list[tuple[RowResult, tuple[Finding, ...]]]:
-    """Scan one chunk in a worker; results travel back without their samples (the parent has them)."""
+def _run_chunk(chunk: Chunk) -> list[tuple[RowResult, tuple[Finding, ...]]]:
+    """Scan one chunk in a worker; a row without findings travels back with its headline only."""
     assert _worker is not None
-    return [(replace(o.result, sample=None), o.findings) for o in _worker.scan_samples(samples)]
+    return [
+        (o.result if o.findings else evolve(o.result, sample=headline(o.result.sample)), o.findings)
+        for o in _worker.scan_samples(expand(chunk))
+    ]
 
 
 def scan_parallel(
-    scanner: Scanner, samples: Iterable[Sample], jobs: int, reset: bool = True
+    scanner: Scanner, units: Iterable[Unit], jobs: int, reset: bool = True
 ) -> Iterator[RowOutcome]:
-    """scanner.scan_samples(samples) on `jobs` processes; small inputs stay in this process."""
+    """scanner.scan_samples(units) on `jobs` processes (this one included); small inputs stay here."""
     from vlmlint.engine import RowOutcome
 
     size = scanner.config.batch_size
-    iterator = iter(samples)
-    head = list(islice(iterator, size * 2))
-    if jobs <= 1 or len(head) < size * 2:  # one or two chunks: a pool would cost more than it saves
-        yield from scanner.scan_samples(chain(head, iterator), reset=reset)
+    chunks = _chunks(iter(units), size)
+    head = list(islice(chunks, 2))
+    if jobs <= 1 or sum(map(_rows, chain(*head))) < 2 * size:  # a pool would cost more than it saves
+        yield from scanner.scan_samples(expand(chain(*head, chain.from_iterable(chunks))), reset=reset)
         return
 
     stateful = [rule for rule in scanner.rules if is_stateful(rule)]
@@ -101,42 +137,93 @@ def scan_parallel(
     # A forked child must not use the tokenizer's thread pool that the parent may have started.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _inherited = scanner if method == "fork" else None
-    if _inherited is not None:
-        scanner.length_counter()  # built once here, inherited by every forked worker
+    local = _stateless_scanner(scanner, scanner.config, stateless_codes)  # built before the fork
+    workers = jobs - 1
     pool = ProcessPoolExecutor(
-        max_workers=jobs,
+        max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
         initargs=(scanner.config, stateless_codes),
     )
-    chunks = _chunks(chain(head, iterator), size)
-    pending: deque[tuple[list[Sample], Future]] = deque()
-    try:
-        for chunk in islice(chunks, jobs * _IN_FLIGHT_PER_WORKER):
+    chunks = chain(head, chunks)
+    pending: deque[tuple[Chunk, Future | list]] = deque()
+
+    def submit() -> None:
+        chunk = next(chunks, None)
+        if chunk is not None:
             pending.append((chunk, pool.submit(_run_chunk, chunk)))
+
+    def merge(result: RowResult, findings: tuple[Finding, ...], reload) -> RowOutcome:
+        if stateful:
+            extra = tuple(
+                finding
+                for rule in stateful
+                for finding in rule.check(result, scanner.context)
+                if scanner.keep(finding)
+            )
+            if extra:
+                findings = tuple(sorted(findings + extra, key=lambda f: order.get(f.code, 0)))
+        if findings and reload is not None:  # a row with findings is kept whole (reports, thumbnails)
+            result, reload = evolve(result, sample=reload()), None
+        return RowOutcome(result, findings, reload)
+
+    try:
+        for _ in range(workers):
+            submit()
         while pending:
-            chunk, future = pending.popleft()
-            results = future.result()
-            following = next(chunks, None)
-            if following is not None:
-                pending.append((following, pool.submit(_run_chunk, following)))
-            for sample, (result, findings) in zip(chunk, results, strict=True):
-                result = replace(result, sample=sample)
-                if stateful:
-                    extra = tuple(
-                        finding
-                        for rule in stateful
-                        for finding in rule.check(result, scanner.context)
-                        if scanner.keep(finding)
-                    )
-                    if extra:
-                        findings = tuple(sorted(findings + extra, key=lambda f: order.get(f.code, 0)))
-                yield RowOutcome(result, findings)
+            # Each round: this process scans one chunk while each worker scans one of its own (one
+            # more waits in its queue), then everything up to this chunk is handed on in order.
+            own, box = next(chunks, None), None
+            if own is not None:
+                box = []
+                pending.append((own, box))
+                for _ in range(workers):
+                    submit()
+                box.extend((o.result, o.findings) for o in local.scan_samples(expand(own), reset=False))
+            while pending:
+                chunk, done = pending.popleft()
+                remote = isinstance(done, Future)
+                for handle, (result, findings) in zip(
+                    _row_handles(chunk), done.result() if remote else done, strict=True
+                ):
+                    reload = None
+                    if not remote:
+                        pass  # scanned here: the result holds the whole Sample
+                    elif isinstance(handle, Sample):  # sent from here as a Sample: it is here whole
+                        result = evolve(result, sample=handle)
+                    elif not findings:  # a headline came back: the line can rebuild the row
+                        reload = handle
+                    yield merge(result, findings, reload)
+                if done is box:
+                    break
     finally:
         _inherited = None
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _chunks(samples: Iterator[Sample], size: int) -> Iterator[list[Sample]]:
-    while chunk := list(islice(samples, size)):
+def _row_handles(chunk: Chunk) -> Iterator[Sample | partial]:
+    """Per row of a chunk: its Sample, or a function rebuilding it from its line."""
+    for unit in chunk:
+        if isinstance(unit, LineBatch):
+            for position in range(len(unit)):
+                yield partial(unit.sample, position)
+        else:
+            yield unit
+
+
+def _rows(unit: Unit) -> int:
+    return len(unit) if isinstance(unit, LineBatch) else 1
+
+
+def _chunks(units: Iterator[Unit], size: int) -> Iterator[Chunk]:
+    """Units grouped into chunks of about `size` rows (a LineBatch is at most `size` rows)."""
+    chunk: Chunk = []
+    rows = 0
+    for unit in units:
+        chunk.append(unit)
+        rows += _rows(unit)
+        if rows >= size:
+            yield chunk
+            chunk, rows = [], 0
+    if chunk:
         yield chunk

@@ -139,3 +139,17 @@ class RowResult:
     @property
     def image_tokens(self) -> list[int | None]:
         return [info.tokens for info in self.images]
+
+
+def evolve(record, **changes):
+    """dataclasses.replace for the records above, several times faster (it runs on every image of every row).
+
+    A copy of the instance's __dict__ with `changes` applied: no __init__ runs, which is only right
+    because these records have no __post_init__ and no validation (a test holds each to that).
+    """
+    unknown = changes.keys() - record.__dataclass_fields__.keys()
+    if unknown:
+        raise TypeError(f"{type(record).__name__} has no field(s) {sorted(unknown)}")
+    copy = object.__new__(type(record))
+    copy.__dict__.update(record.__dict__, **changes)
+    return copy

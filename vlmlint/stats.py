@@ -422,7 +422,7 @@ class StatsCollector:
         self.seq_lens.append(row.seq_len)
         self.image_tokens.extend(t for t in row.image_tokens if t is not None)
         if self.knob is not None:
-            self._search(row)
+            self._search(outcome.complete().result)  # the search renders the row's messages again
 
     def _search(self, row: RowResult) -> None:
         intervals = self.fitting_intervals(row)

@@ -30,11 +30,11 @@ class Verifier:
             return
         self.seen += 1
         if len(self.chosen) < self.size:
-            self.chosen.append(outcome)
+            self.chosen.append(outcome.complete())  # a parallel scan may have left a headline Sample
         else:
             slot = self._random.randrange(self.seen)
             if slot < self.size:
-                self.chosen[slot] = outcome
+                self.chosen[slot] = outcome.complete()
 
     def run(self, scanner: Scanner) -> tuple[int, list[tuple[RowOutcome, Finding]]]:
         """Recount the chosen rows exactly; returns (rows checked, disagreements as findings)."""

@@ -15,11 +15,11 @@ from vlmlint.readers.hf import (
     read_saved_dataset,
 )
 from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
-from vlmlint.readers.manifest import read_json, read_jsonl
+from vlmlint.readers.manifest import LineBatch, read_json, read_jsonl
 from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
 from vlmlint.sample import RowProblem, Sample
 
-__all__ = ["LAYOUTS", "DatasetError", "detect_layout", "iter_samples", "row_to_sample"]
+__all__ = ["LAYOUTS", "DatasetError", "LineBatch", "detect_layout", "iter_samples", "row_to_sample"]
 
 MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
 TABLE_READERS = {".parquet": read_parquet, ".arrow": read_arrow}
@@ -32,8 +32,12 @@ def display_path(path: str) -> str:
 
 
 def _read_file(
-    path: str, layout: str | None, image_root: str | None, rel: Callable[[str], str] = display_path
-) -> Iterator[Sample]:
+    path: str,
+    layout: str | None,
+    image_root: str | None,
+    rel: Callable[[str], str] = display_path,
+    line_batches: int = 0,
+) -> Iterator[Sample | LineBatch]:
     extension = os.path.splitext(path)[1].lower()
     reader = MANIFEST_READERS.get(extension) or TABLE_READERS.get(extension)
     if is_shard_name(path):
@@ -42,7 +46,12 @@ def _read_file(
         raise DatasetError(
             f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow, .tar shards)"
         )
-    yield from reader(path, layout=layout, image_root=image_root, source=rel(path))
+    if line_batches and reader in (read_jsonl, read_json):
+        yield from reader(
+            path, layout=layout, image_root=image_root, source=rel(path), line_batches=line_batches
+        )
+    else:
+        yield from reader(path, layout=layout, image_root=image_root, source=rel(path))
 
 
 def outside_sample(path: str, target: str, rel: Callable[[str], str] = display_path) -> Sample:
@@ -108,7 +117,8 @@ def iter_samples(
     allow_outside_root: bool = False,
     rel: Callable[[str], str] = display_path,
     dataset_name: str | None = None,
-) -> Iterator[Sample]:
+    line_batches: int = 0,
+) -> Iterator[Sample | LineBatch]:
     """Stream the samples of a dataset file, folder, shard pattern or Hugging Face hub id.
 
     `dataset_name` (--dataset): `target` is a LLaMA-Factory data folder and the named entries of its
@@ -119,6 +129,8 @@ def iter_samples(
     data file of a folder that is a symlink out of it is a VLM104 problem and is not read, unless
     `allow_outside_root`. A pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file
     it names in order; a missing shard is a VLM101 row. `rel`: a path -> its name in reports.
+    `line_batches` > 0: JSONL rows come as unparsed LineBatch units of that many lines (a parallel
+    scan parses them where they are scanned); every other source still yields Samples.
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -128,11 +140,11 @@ def iter_samples(
         yield from read_llamafactory(target, dataset_name, image_root=image_root, rel=rel)
         return
     if os.path.isfile(target):
-        yield from _read_file(target, layout, image_root, rel)
+        yield from _read_file(target, layout, image_root, rel, line_batches)
         return
     if is_shard_pattern(target):
         for path in pattern_files(target):
-            yield from _read_file(path, layout, image_root, rel)
+            yield from _read_file(path, layout, image_root, rel, line_batches)
         return
     if os.path.isdir(target):
         if is_saved_dataset(target):
@@ -151,7 +163,7 @@ def iter_samples(
                 if outside is not None:
                     yield outside_sample(path, outside, rel)
                 else:
-                    yield from _read_file(path, layout, image_root, rel)
+                    yield from _read_file(path, layout, image_root, rel, line_batches)
         elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
             yield from read_sidecar_folder(
                 target, image_root=image_root, rel=rel, allow_outside_root=allow_outside_root

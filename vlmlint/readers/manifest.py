@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from hashlib import blake2b
 from typing import Any
 
@@ -84,17 +85,109 @@ def _lines(handle) -> Iterator[tuple[bytes, bool]]:
         yield raw, len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n")
 
 
+@dataclass(frozen=True)
+class LineBatch:
+    """JSONL lines not parsed yet, each with its row index and line number: a parallel scan's unit.
+
+    Why: parsing a row and building its Sample is the reader's main cost, and a Sample costs more to
+    send to another process than its line. The parent reads lines and cuts batches; the process that
+    scans a batch parses it (`samples()`), exactly as read_jsonl would have. The file's layout is
+    known before the first batch is cut (detected from its first object, or forced).
+    """
+
+    source: str
+    base_dir: str
+    image_root: str | None
+    layout: str | None
+    from_first_row: bool
+    rows: tuple[tuple[int, int, bytes], ...]  # (row index, line number, the line's bytes)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def samples(self) -> list[Sample]:
+        resolve = _resolver(self.base_dir, self.image_root)
+        return [self._parse(resolve, *row) for row in self.rows]
+
+    def sample(self, position: int) -> Sample:
+        """One row's Sample (the parallel scan rebuilds a row it needs whole: --verify, a finding)."""
+        return self._parse(_resolver(self.base_dir, self.image_root), *self.rows[position])
+
+    def split(self, count: int) -> tuple[LineBatch, LineBatch]:
+        """The first `count` rows and the rest (--resume skips rows already counted)."""
+        return replace(self, rows=self.rows[:count]), replace(self, rows=self.rows[count:])
+
+    def _parse(self, resolve: ImageResolver, index: int, line: int, raw: bytes) -> Sample:
+        return _parse_line(raw, index, line, self.source, resolve, self.layout, self.from_first_row, None)
+
+
+_RESOLVERS: dict[tuple[str, str | None], ImageResolver] = {}
+
+
+def _resolver(base_dir: str, image_root: str | None) -> ImageResolver:
+    """One ImageResolver per folder and process: it caches each image folder's realpath."""
+    key = (base_dir, image_root)
+    resolve = _RESOLVERS.get(key)
+    if resolve is None:
+        if len(_RESOLVERS) > 256:
+            _RESOLVERS.clear()
+        resolve = _RESOLVERS[key] = ImageResolver(base_dir, image_root)
+    return resolve
+
+
+def _parse_line(
+    raw: bytes,
+    index: int,
+    line: int,
+    source: str,
+    resolve: ImageResolver,
+    layout: str | _FileLayout | None,
+    from_first_row: bool,
+    convert: Convert | None,
+) -> Sample:
+    try:
+        row = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return _malformed(source, index, line, f"line is not valid JSON: {exc}", raw.strip())
+    return row_to_sample(
+        row,
+        layout=layout.for_row(row) if isinstance(layout, _FileLayout) else layout,
+        resolve=resolve,
+        source=source,
+        index=index,
+        line=line,
+        from_first_row=from_first_row,
+        convert=convert,
+    )
+
+
 def read_jsonl(
-    path: str, *, layout: str | None, image_root: str | None, source: str, convert: Convert | None = None
-) -> Iterator[Sample]:
-    """A JSONL manifest, line by line; `convert` maps each decoded row first (LLaMA-Factory columns)."""
+    path: str,
+    *,
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Convert | None = None,
+    line_batches: int = 0,
+) -> Iterator[Sample | LineBatch]:
+    """A JSONL manifest, line by line; `convert` maps each decoded row first (LLaMA-Factory columns).
+
+    `line_batches` > 0: once the file's layout is known, rows come as LineBatch units of that many
+    lines, parsed by whoever scans them (vlmlint/runner.py); rows before that, and cut lines, as Samples.
+    """
     _check_encoding(path)
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    resolve = _resolver(base_dir, image_root)
     file_layout = _FileLayout(layout)
+    batching = line_batches > 0 and convert is None  # a convert function may not travel to a worker
+    pending: list[tuple[int, int, bytes]] = []
     index = 0
     with open(path, "rb") as handle:
         for line_number, (raw, whole) in enumerate(_lines(handle), start=1):
             if not whole:
+                if pending:
+                    yield _batch(source, base_dir, image_root, file_layout, pending)
+                    pending = []
                 length, fingerprint = _rest_of_line(handle, raw)
                 message = f"line is longer than {MAX_LINE_BYTES // 2**20} MiB ({length:,} bytes); not parsed"
                 yield _malformed(source, index, line_number, message, b"", fingerprint)
@@ -102,24 +195,23 @@ def read_jsonl(
                 continue
             if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # UTF-8 byte-order mark
-            if not raw.strip():
+            if not raw or raw.isspace():
                 continue  # blank lines carry no row
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                yield _malformed(source, index, line_number, f"line is not valid JSON: {exc}", raw.strip())
+            if batching and file_layout.value is not None:
+                pending.append((index, line_number, raw))
+                if len(pending) >= line_batches:
+                    yield _batch(source, base_dir, image_root, file_layout, pending)
+                    pending = []
             else:
-                yield row_to_sample(
-                    row,
-                    layout=file_layout.for_row(row),
-                    resolve=resolve,
-                    source=source,
-                    index=index,
-                    line=line_number,
-                    from_first_row=file_layout.detected,
-                    convert=convert,
-                )
+                detected = file_layout.detected
+                yield _parse_line(raw, index, line_number, source, resolve, file_layout, detected, convert)
             index += 1
+    if pending:
+        yield _batch(source, base_dir, image_root, file_layout, pending)
+
+
+def _batch(source, base_dir, image_root, file_layout: _FileLayout, rows: list) -> LineBatch:
+    return LineBatch(source, base_dir, image_root, file_layout.value, file_layout.detected, tuple(rows))
 
 
 def _first_significant_byte(path: str) -> bytes:
@@ -129,14 +221,27 @@ def _first_significant_byte(path: str) -> bytes:
 
 
 def read_json(
-    path: str, *, layout: str | None, image_root: str | None, source: str, convert: Convert | None = None
-) -> Iterator[Sample]:
+    path: str,
+    *,
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Convert | None = None,
+    line_batches: int = 0,
+) -> Iterator[Sample | LineBatch]:
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
     first = _first_significant_byte(path)
     if first != b"[":
         # A single object, or JSON Lines saved as .json: the JSONL reader handles both.
-        yield from read_jsonl(path, layout=layout, image_root=image_root, source=source, convert=convert)
+        yield from read_jsonl(
+            path,
+            layout=layout,
+            image_root=image_root,
+            source=source,
+            convert=convert,
+            line_batches=line_batches,
+        )
         return
     import ijson  # streaming parser with a C backend
 

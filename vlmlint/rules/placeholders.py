@@ -82,8 +82,11 @@ class _TokenFinder:
             re.compile("|".join(re.escape(t) for t in sorted(group, key=lambda t: (-len(t), t))))
             for _, group in sorted(groups.items())
         )
+        self.leads = tuple(sorted(groups))  # a match holds its first character: most texts hold none
 
     def finditer(self, text: str) -> list[re.Match[str]]:
+        if not any(lead in text for lead in self.leads):
+            return []
         if len(self.patterns) == 1:
             return list(self.patterns[0].finditer(text))
         return sorted((m for p in self.patterns for m in p.finditer(text)), key=lambda m: m.start())
@@ -187,6 +190,13 @@ class PreExpandedTokens(Rule):
         runs: list[tuple[int, Message, str, int]] = []  # turn, message, token, length
         surplus = row.placeholders > len(sample.images)
         for position, message in enumerate(sample.messages):
+            if not surplus:  # only token runs to look for (the loop below, without its image-part count)
+                for part in message.parts:
+                    if not part.is_image and part.text:
+                        for token, copies in _token_runs(finder, part.text):
+                            if copies >= least:
+                                runs.append((position, message, token, copies))
+                continue
             length = 0  # adjacent image parts (the dataset's <image>), whitespace between allowed
             for part in (*message.parts, None):
                 if part is not None and part.is_image:
@@ -249,9 +259,10 @@ class PlaceholderInAnswer(Rule):
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         seen = 0  # image parts before this turn: the k-th part takes the k-th image
         for position, message in enumerate(row.sample.messages):
-            ordinals = [seen + k for k, part in enumerate(p for p in message.parts if p.is_image)]
-            seen += len(ordinals)
-            if message.role is not Role.ASSISTANT or not ordinals:
+            held = sum(part.is_image for part in message.parts)
+            ordinals = range(seen, seen + held)
+            seen += held
+            if message.role is not Role.ASSISTANT or not held:
                 continue
             which = ", ".join(_ordinal(n + 1) for n in ordinals)
             yield self.finding(

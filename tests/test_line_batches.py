@@ -1,0 +1,96 @@
+"""JSONL read as LineBatch units (parallel scans) gives the same Samples, in order, as line by line."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from tests.conftest import DATASETS
+from vlmlint.readers import LineBatch, iter_samples
+from vlmlint.runner import expand
+from vlmlint.sample import Sample, evolve
+
+
+def _both(path, **options):
+    plain = list(iter_samples(str(path), **options))
+    units = list(iter_samples(str(path), line_batches=3, **options))
+    return plain, units
+
+
+def _same(plain: list[Sample], units) -> None:
+    batched = list(expand(units))
+    assert batched == plain
+    assert [s.fingerprint for s in batched] == [s.fingerprint for s in plain]
+
+
+@pytest.mark.parametrize("name", ["catalogue/chat.jsonl", "llava/data.jsonl"])
+def test_fixture_manifests(name):
+    plain, units = _both(DATASETS / name)
+    _same(plain, units)
+    assert any(isinstance(unit, LineBatch) for unit in units)
+
+
+def test_odd_lines_keep_their_place(tmp_path, monkeypatch):
+    import vlmlint.readers.manifest as manifest
+
+    monkeypatch.setattr(manifest, "MAX_LINE_BYTES", 200)
+    good = orjson.dumps(
+        {
+            "image": "a.jpg",
+            "conversations": [
+                {"from": "human", "value": "<image>\nWhat?"},
+                {"from": "gpt", "value": "A cat."},
+            ],
+        }
+    )
+    lines = [
+        b"\xef\xbb\xbf[1, 2]",  # a BOM, then a row that is not an object: before the layout is known
+        b"   ",  # blank: no row
+        b'"text"',
+        good,
+        b"{not json",
+        good.replace(b"A cat.", b"x" * 300),  # longer than MAX_LINE_BYTES: cut, not parsed
+        good,
+        b"",
+        good.replace(b"human", b"robot"),
+        good,
+        good,
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    plain, units = _both(path)
+    _same(plain, units)
+    assert [s.line for s in plain] == [1, 3, 4, 5, 6, 7, 9, 10, 11]
+    assert [type(u).__name__ for u in units][:4] == ["Sample", "Sample", "Sample", "LineBatch"]
+    forced, forced_units = _both(path, layout="llava")
+    _same(forced, forced_units)
+    assert isinstance(forced_units[0], LineBatch)  # a forced layout is known from the first line
+
+
+def test_a_json_file_holding_lines(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_bytes((DATASETS / "llava" / "data.jsonl").read_bytes())
+    _same(*_both(path))
+
+
+def test_split_keeps_indexes():
+    plain, units = _both(DATASETS / "catalogue" / "chat.jsonl")
+    batch = next(u for u in units if isinstance(u, LineBatch) and len(u) == 3)
+    head, tail = batch.split(1)
+    assert head.samples() + tail.samples() == batch.samples()
+    assert [batch.sample(i) for i in range(3)] == batch.samples()
+
+
+def test_evolve_is_replace():
+    from dataclasses import fields, replace
+
+    import vlmlint.sample as records
+
+    sample = Sample(source="a", index=1, line=2, id="x", fingerprint="f")
+    assert evolve(sample, id="y") == replace(sample, id="y")
+    assert evolve(sample, id="y").fingerprint == "f" and sample.id == "x"
+    with pytest.raises(TypeError):
+        evolve(sample, nonsense=1)
+    for record in (records.Sample, records.ImageInfo, records.RowResult, records.ImageRef):
+        # evolve skips __init__: right only while these records validate nothing
+        assert not hasattr(record, "__post_init__") and fields(record)
