@@ -1,4 +1,4 @@
-"""JSONL read as LineBatch units (parallel scans) gives the same Samples, in order, as line by line."""
+"""Rows read as RowBatch units (parallel scans) give the same Samples, in order, as one by one."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import orjson
 import pytest
 
 from tests.conftest import DATASETS
-from vlmlint.readers import LineBatch, iter_samples
+from vlmlint.readers import RowBatch, iter_samples
+from vlmlint.readers.hf import TableBatch
+from vlmlint.readers.manifest import LineBatch
 from vlmlint.runner import expand
 from vlmlint.sample import Sample, evolve
 
 
 def _both(path, **options):
     plain = list(iter_samples(str(path), **options))
-    units = list(iter_samples(str(path), line_batches=3, **options))
+    units = list(iter_samples(str(path), batch_rows=3, **options))
     return plain, units
 
 
@@ -94,3 +96,53 @@ def test_evolve_is_replace():
     for record in (records.Sample, records.ImageInfo, records.RowResult, records.ImageRef):
         # evolve skips __init__: right only while these records validate nothing
         assert not hasattr(record, "__post_init__") and fields(record)
+
+
+def _table_dataset(tmp_path):
+    from vlmlint.readers import iter_samples as read
+
+    rows = [_row_dict(s) for s in read(str(DATASETS / "llava" / "data.jsonl"))]
+    return rows * 40  # several record batches
+
+
+def _row_dict(sample: Sample) -> dict:
+    turns = [
+        {
+            "from": "human" if m.role.value == "user" else "gpt",
+            "value": "".join("<image>" if p.is_image else p.text for p in m.parts),
+        }
+        for m in sample.messages
+    ]
+    return {"id": sample.id, "image": [ref.reference for ref in sample.images], "conversations": turns}
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "save_to_disk"])
+def test_tables(tmp_path, kind):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _table_dataset(tmp_path)
+    table = pa.Table.from_pylist(rows)
+    if kind == "parquet":
+        path = tmp_path / "rows.parquet"
+        pq.write_table(table, path, row_group_size=100)
+    elif kind == "arrow":
+        path = tmp_path / "rows.arrow"
+        with pa.ipc.new_stream(path, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=100):
+                writer.write_batch(batch)
+    else:
+        path = tmp_path / "saved"
+        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    plain = list(iter_samples(str(path)))
+    units = list(iter_samples(str(path), batch_rows=16))
+    _same(plain, units)
+    batches = [u for u in units if isinstance(u, TableBatch)]
+    assert batches and all(isinstance(u, RowBatch) for u in batches)
+    head, tail = batches[0].split(5)
+    assert head.samples() + tail.samples() == batches[0].samples()
+    assert batches[-1].sample(len(batches[-1]) - 1) == plain[-1]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(batches[0])).samples() == batches[0].samples()

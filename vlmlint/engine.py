@@ -23,7 +23,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
-from vlmlint.readers import LineBatch, iter_samples
+from vlmlint.readers import RowBatch, iter_samples
 from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
 from vlmlint.sample import IMAGE_PLACEHOLDER, ImageInfo, ImageRef, Message, RowResult, Sample, evolve
 
@@ -590,7 +590,7 @@ class Scanner:
             allow_outside_root=config.allow_outside_root,
             dataset_name=config.dataset_name,
             # Worker processes parse JSONL lines themselves: the parent only cuts the file into batches.
-            line_batches=config.batch_size if jobs > 1 else 0,
+            batch_rows=config.batch_size if jobs > 1 else 0,
         )
         for rule in self.rules:
             rule.reset()
@@ -600,7 +600,7 @@ class Scanner:
             from vlmlint.runner import scan_parallel
 
             return scan_parallel(self, units, jobs, reset=False)
-        return self.scan_samples(units, reset=False)  # type: ignore[arg-type]  # no LineBatch when jobs == 1
+        return self.scan_samples(units, reset=False)  # type: ignore[arg-type]  # no RowBatch when jobs == 1
 
     def default_jobs(self) -> int:
         """--jobs 0: every core when tokenizing is cheap for this model, else one process per two."""
@@ -615,7 +615,7 @@ class Scanner:
             self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
         return self._fast_lengths
 
-    def _skipped(self, units: Iterable[Sample | LineBatch], count: int) -> Iterator[Sample | LineBatch]:
+    def _skipped(self, units: Iterable[Sample | RowBatch], count: int) -> Iterator[Sample | RowBatch]:
         """Drop the first `count` rows (--resume), showing them to the rules that compare rows."""
         from vlmlint.runner import is_stateful
 
@@ -623,7 +623,7 @@ class Scanner:
         comparing = [rule for rule in self.rules if is_stateful(rule)]
         left = count
         for unit in iterator:
-            if isinstance(unit, LineBatch):
+            if isinstance(unit, RowBatch):
                 if len(unit) > left:  # the batch straddles the resume point: its tail is scanned
                     unit, rest = unit.split(left)
                     iterator = chain([rest], iterator)

@@ -1,8 +1,8 @@
 """Run a scan on several processes, with the same outcomes, in the same order, as one process.
 
 `--jobs N` is N processes in all: this one and N - 1 workers. The reader cuts the dataset into chunks
-of about `batch_size` rows: JSONL as unparsed lines (LineBatch: the process that scans a chunk parses
-it, which costs less than sending parsed rows), other sources as Samples. Workers scan chunks with
+of about `batch_size` rows: JSONL lines and Arrow record batches unparsed (RowBatch: the process that
+scans a chunk parses it, which costs less than sending parsed rows), other sources as Samples. Workers scan chunks with
 their own Scanner (the model inherited from this process where processes fork, loaded again where
 they spawn) while this process scans every N-th chunk itself and hands results on in dataset order,
 at most a few chunks ahead, so memory stays flat and the report is the same whatever N is.
@@ -27,14 +27,14 @@ from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
-from vlmlint.readers import LineBatch
+from vlmlint.readers import RowBatch
 from vlmlint.rules import Finding, Rule
 from vlmlint.sample import RowResult, Sample, evolve
 
 if TYPE_CHECKING:
     from vlmlint.engine import RowOutcome, Scanner
 
-Unit = Sample | LineBatch
+Unit = Sample | RowBatch
 Chunk = list[Unit]
 _worker: Scanner | None = None  # this worker process's scanner
 _inherited: Scanner | None = None  # the parent's scanner, inherited by forked workers
@@ -61,9 +61,9 @@ def is_stateful(rule: Rule) -> bool:
 
 
 def expand(units: Iterable[Unit]) -> Iterator[Sample]:
-    """Samples from reader units: a LineBatch is parsed here."""
+    """Samples from reader units: a RowBatch is parsed here."""
     for unit in units:
-        if isinstance(unit, LineBatch):
+        if isinstance(unit, RowBatch):
             yield from unit.samples()
         else:
             yield unit
@@ -204,7 +204,7 @@ def scan_parallel(
 def _row_handles(chunk: Chunk) -> Iterator[Sample | partial]:
     """Per row of a chunk: its Sample, or a function rebuilding it from its line."""
     for unit in chunk:
-        if isinstance(unit, LineBatch):
+        if isinstance(unit, RowBatch):
             for position in range(len(unit)):
                 yield partial(unit.sample, position)
         else:
@@ -212,11 +212,11 @@ def _row_handles(chunk: Chunk) -> Iterator[Sample | partial]:
 
 
 def _rows(unit: Unit) -> int:
-    return len(unit) if isinstance(unit, LineBatch) else 1
+    return len(unit) if isinstance(unit, RowBatch) else 1
 
 
 def _chunks(units: Iterator[Unit], size: int) -> Iterator[Chunk]:
-    """Units grouped into chunks of about `size` rows (a LineBatch is at most `size` rows)."""
+    """Units grouped into chunks of about `size` rows (a RowBatch is at most `size` rows)."""
     chunk: Chunk = []
     rows = 0
     for unit in units:

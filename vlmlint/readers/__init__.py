@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.folder import has_metadata, is_image_name, read_imagefolder, read_sidecar_folder
 from vlmlint.readers.hf import (
@@ -15,11 +16,11 @@ from vlmlint.readers.hf import (
     read_saved_dataset,
 )
 from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
-from vlmlint.readers.manifest import LineBatch, read_json, read_jsonl
+from vlmlint.readers.manifest import read_json, read_jsonl
 from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
 from vlmlint.sample import RowProblem, Sample
 
-__all__ = ["LAYOUTS", "DatasetError", "LineBatch", "detect_layout", "iter_samples", "row_to_sample"]
+__all__ = ["LAYOUTS", "DatasetError", "RowBatch", "detect_layout", "iter_samples", "row_to_sample"]
 
 MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
 TABLE_READERS = {".parquet": read_parquet, ".arrow": read_arrow}
@@ -36,8 +37,8 @@ def _read_file(
     layout: str | None,
     image_root: str | None,
     rel: Callable[[str], str] = display_path,
-    line_batches: int = 0,
-) -> Iterator[Sample | LineBatch]:
+    batch_rows: int = 0,
+) -> Iterator[Sample | RowBatch]:
     extension = os.path.splitext(path)[1].lower()
     reader = MANIFEST_READERS.get(extension) or TABLE_READERS.get(extension)
     if is_shard_name(path):
@@ -46,12 +47,8 @@ def _read_file(
         raise DatasetError(
             f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow, .tar shards)"
         )
-    if line_batches and reader in (read_jsonl, read_json):
-        yield from reader(
-            path, layout=layout, image_root=image_root, source=rel(path), line_batches=line_batches
-        )
-    else:
-        yield from reader(path, layout=layout, image_root=image_root, source=rel(path))
+    batching = {"batch_rows": batch_rows} if batch_rows and reader is not read_webdataset else {}
+    yield from reader(path, layout=layout, image_root=image_root, source=rel(path), **batching)
 
 
 def outside_sample(path: str, target: str, rel: Callable[[str], str] = display_path) -> Sample:
@@ -117,8 +114,8 @@ def iter_samples(
     allow_outside_root: bool = False,
     rel: Callable[[str], str] = display_path,
     dataset_name: str | None = None,
-    line_batches: int = 0,
-) -> Iterator[Sample | LineBatch]:
+    batch_rows: int = 0,
+) -> Iterator[Sample | RowBatch]:
     """Stream the samples of a dataset file, folder, shard pattern or Hugging Face hub id.
 
     `dataset_name` (--dataset): `target` is a LLaMA-Factory data folder and the named entries of its
@@ -129,8 +126,8 @@ def iter_samples(
     data file of a folder that is a symlink out of it is a VLM104 problem and is not read, unless
     `allow_outside_root`. A pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file
     it names in order; a missing shard is a VLM101 row. `rel`: a path -> its name in reports.
-    `line_batches` > 0: JSONL rows come as unparsed LineBatch units of that many lines (a parallel
-    scan parses them where they are scanned); every other source still yields Samples.
+    `batch_rows` > 0: JSONL lines and Arrow record batches (parquet, arrow, save_to_disk) come as
+    RowBatch units, parsed where they are scanned (readers/batches.py); other sources yield Samples.
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -140,15 +137,17 @@ def iter_samples(
         yield from read_llamafactory(target, dataset_name, image_root=image_root, rel=rel)
         return
     if os.path.isfile(target):
-        yield from _read_file(target, layout, image_root, rel, line_batches)
+        yield from _read_file(target, layout, image_root, rel, batch_rows)
         return
     if is_shard_pattern(target):
         for path in pattern_files(target):
-            yield from _read_file(path, layout, image_root, rel, line_batches)
+            yield from _read_file(path, layout, image_root, rel, batch_rows)
         return
     if os.path.isdir(target):
         if is_saved_dataset(target):
-            yield from read_saved_dataset(target, layout=layout, image_root=image_root, split=split, rel=rel)
+            yield from read_saved_dataset(
+                target, layout=layout, image_root=image_root, split=split, rel=rel, batch_rows=batch_rows
+            )
         elif has_metadata(target):
             yield from read_imagefolder(
                 target,
@@ -163,7 +162,7 @@ def iter_samples(
                 if outside is not None:
                     yield outside_sample(path, outside, rel)
                 else:
-                    yield from _read_file(path, layout, image_root, rel, line_batches)
+                    yield from _read_file(path, layout, image_root, rel, batch_rows)
         elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
             yield from read_sidecar_folder(
                 target, image_root=image_root, rel=rel, allow_outside_root=allow_outside_root

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
+from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
-from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
+from vlmlint.readers.layouts import detect_layout, row_to_sample, shared_resolver
 from vlmlint.sample import Sample
 
 BATCH_ROWS = 256
@@ -22,18 +24,58 @@ def is_saved_dataset(folder: str) -> bool:
     return any(os.path.isfile(os.path.join(folder, name)) for name in ("state.json", "dataset_dict.json"))
 
 
-def _rows_to_samples(
-    batches: Iterable[list[dict[str, Any]]],
+@dataclass(frozen=True)
+class TableBatch(RowBatch):
+    """An Arrow record batch (or table) of rows not converted yet (readers/batches.py)."""
+
+    source: str
+    base_dir: str
+    image_root: str | None
+    layout: str | None
+    first_index: int
+    table: Any  # pyarrow.RecordBatch or pyarrow.Table: sent to a worker as Arrow buffers
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def samples(self) -> list[Sample]:
+        return self._parse(self.table.to_pylist(), self.first_index)
+
+    def sample(self, position: int) -> Sample:
+        return self._parse(self.table.slice(position, 1).to_pylist(), self.first_index + position)[0]
+
+    def split(self, count: int) -> tuple[TableBatch, TableBatch]:
+        head = replace(self, table=self.table.slice(0, count))
+        return head, replace(self, table=self.table.slice(count), first_index=self.first_index + count)
+
+    def _parse(self, rows: list[dict[str, Any]], first: int) -> list[Sample]:
+        resolve = shared_resolver(self.base_dir, self.image_root)
+        return [
+            row_to_sample(row, layout=self.layout, resolve=resolve, source=self.source, index=first + k)
+            for k, row in enumerate(rows)
+        ]
+
+
+def _rows_to_units(
+    batches: Iterable[Any],
     *,
     layout: str | None,
-    resolve: ImageResolver,
+    base_dir: str,
+    image_root: str | None,
     source: str,
     convert: Callable[[Any], Any] | None = None,
-) -> Iterator[Sample]:
+    batch_rows: int = 0,
+) -> Iterator[Sample | TableBatch]:
+    """Arrow batches -> Samples, or TableBatch units once the layout is known (batch_rows > 0)."""
+    resolve = shared_resolver(base_dir, image_root)
     index = 0
     chosen = layout
-    for rows in batches:
-        for row in rows:
+    for batch in batches:
+        if batch_rows and convert is None and chosen is not None:  # a convert may not travel to a worker
+            yield TableBatch(source, base_dir, image_root, chosen, index, batch)
+            index += batch.num_rows
+            continue
+        for row in batch.to_pylist():
             if chosen is None and isinstance(row, dict):
                 chosen = detect_layout(row)
             yield row_to_sample(
@@ -42,9 +84,8 @@ def _rows_to_samples(
             index += 1
 
 
-def _arrow_batches(dataset) -> Iterator[list[dict[str, Any]]]:
-    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
-        yield table.to_pylist()
+def _arrow_batches(dataset) -> Iterator[Any]:
+    yield from dataset.with_format("arrow").iter(batch_size=BATCH_ROWS)
 
 
 def _pick_split(dataset_or_dict, split: str | None):
@@ -60,8 +101,8 @@ def _pick_split(dataset_or_dict, split: str | None):
 
 
 def read_saved_dataset(
-    folder: str, *, layout: str | None, image_root: str | None, split: str | None, rel
-) -> Iterator[Sample]:
+    folder: str, *, layout: str | None, image_root: str | None, split: str | None, rel, batch_rows: int = 0
+) -> Iterator[Sample | TableBatch]:
     import pyarrow as pa
     from datasets import load_from_disk
 
@@ -71,11 +112,17 @@ def read_saved_dataset(
         raise DatasetError(f"{folder}: not a readable save_to_disk dataset: {exc}") from None
     dataset, split = _pick_split(loaded, split)
     source = rel(folder) + (f"[{split}]" if split else "")
-    resolve = ImageResolver(folder, image_root)
-    yield from _rows_to_samples(_arrow_batches(dataset), layout=layout, resolve=resolve, source=source)
+    yield from _rows_to_units(
+        _arrow_batches(dataset),
+        layout=layout,
+        base_dir=folder,
+        image_root=image_root,
+        source=source,
+        batch_rows=batch_rows,
+    )
 
 
-def _table_errors(path: str, kind: str, batches: Callable[[], Iterator[list[dict[str, Any]]]]):
+def _table_errors(path: str, kind: str, batches: Callable[[], Iterator[Any]]):
     """Batches of a table file; a corrupt file (at its start or further in) is a DatasetError."""
     import pyarrow as pa
 
@@ -92,17 +139,22 @@ def read_parquet(
     image_root: str | None,
     source: str,
     convert: Callable[[Any], Any] | None = None,
-) -> Iterator[Sample]:
+    batch_rows: int = 0,
+) -> Iterator[Sample | TableBatch]:
     import pyarrow.parquet as pq
 
-    def batches() -> Iterator[list[dict[str, Any]]]:
-        parquet = pq.ParquetFile(path)
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-            yield batch.to_pylist()
+    def batches() -> Iterator[Any]:
+        yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS)
 
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
-    rows = _table_errors(path, "parquet", batches)
-    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source, convert=convert)
+    yield from _rows_to_units(
+        _table_errors(path, "parquet", batches),
+        layout=layout,
+        base_dir=os.path.dirname(os.path.abspath(path)),
+        image_root=image_root,
+        source=source,
+        convert=convert,
+        batch_rows=batch_rows,
+    )
 
 
 def read_arrow(
@@ -112,10 +164,11 @@ def read_arrow(
     image_root: str | None,
     source: str,
     convert: Callable[[Any], Any] | None = None,
-) -> Iterator[Sample]:
+    batch_rows: int = 0,
+) -> Iterator[Sample | TableBatch]:
     import pyarrow as pa
 
-    def batches() -> Iterator[list[dict[str, Any]]]:
+    def batches() -> Iterator[Any]:
         with pa.memory_map(path, "r") as source_file:
             try:
                 reader = pa.ipc.open_stream(source_file)  # what datasets writes
@@ -123,14 +176,19 @@ def read_arrow(
                 source_file.seek(0)
                 reader = pa.ipc.open_file(source_file)
                 for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i).to_pylist()
+                    yield reader.get_batch(i)
             else:
-                for batch in reader:
-                    yield batch.to_pylist()
+                yield from reader
 
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
-    rows = _table_errors(path, "Arrow", batches)
-    yield from _rows_to_samples(rows, layout=layout, resolve=resolve, source=source, convert=convert)
+    yield from _rows_to_units(
+        _table_errors(path, "Arrow", batches),
+        layout=layout,
+        base_dir=os.path.dirname(os.path.abspath(path)),
+        image_root=image_root,
+        source=source,
+        convert=convert,
+        batch_rows=batch_rows,
+    )
 
 
 def read_hub_dataset(
@@ -139,6 +197,7 @@ def read_hub_dataset(
     from datasets import load_dataset
 
     dataset, split = _pick_split(load_dataset(name, split=split, streaming=streaming), split)
-    resolve = ImageResolver(os.getcwd(), image_root)
     source = name + (f"[{split}]" if split else "")
-    yield from _rows_to_samples(_arrow_batches(dataset), layout=layout, resolve=resolve, source=source)
+    yield from _rows_to_units(
+        _arrow_batches(dataset), layout=layout, base_dir=os.getcwd(), image_root=image_root, source=source
+    )

@@ -108,6 +108,20 @@ class ImageResolver:
         return real
 
 
+_RESOLVERS: dict[tuple[str, str | None], ImageResolver] = {}
+
+
+def shared_resolver(base_dir: str, image_root: str | None) -> ImageResolver:
+    """One ImageResolver per folder and process, kept: it caches each image folder's realpath."""
+    key = (base_dir, image_root)
+    resolve = _RESOLVERS.get(key)
+    if resolve is None:
+        if len(_RESOLVERS) > 256:
+            _RESOLVERS.clear()
+        resolve = _RESOLVERS[key] = ImageResolver(base_dir, image_root)
+    return resolve
+
+
 # Bounded repr of any row value: a value nested 1000 levels deep or holding a million items is shown
 # by its first levels and items (plain repr would recurse past Python's limit, or build megabytes).
 _REPR = reprlib.Repr()

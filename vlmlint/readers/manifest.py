@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 
+from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
-from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
+from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
 from vlmlint.sample import RowProblem, Sample
 
 Convert = Callable[[Any], Any]  # a decoded row -> the row to parse (readers/llamafactory.py)
@@ -86,14 +87,8 @@ def _lines(handle) -> Iterator[tuple[bytes, bool]]:
 
 
 @dataclass(frozen=True)
-class LineBatch:
-    """JSONL lines not parsed yet, each with its row index and line number: a parallel scan's unit.
-
-    Why: parsing a row and building its Sample is the reader's main cost, and a Sample costs more to
-    send to another process than its line. The parent reads lines and cuts batches; the process that
-    scans a batch parses it (`samples()`), exactly as read_jsonl would have. The file's layout is
-    known before the first batch is cut (detected from its first object, or forced).
-    """
+class LineBatch(RowBatch):
+    """JSONL lines not parsed yet, each with its row index and line number (readers/batches.py)."""
 
     source: str
     base_dir: str
@@ -106,33 +101,17 @@ class LineBatch:
         return len(self.rows)
 
     def samples(self) -> list[Sample]:
-        resolve = _resolver(self.base_dir, self.image_root)
+        resolve = shared_resolver(self.base_dir, self.image_root)
         return [self._parse(resolve, *row) for row in self.rows]
 
     def sample(self, position: int) -> Sample:
-        """One row's Sample (the parallel scan rebuilds a row it needs whole: --verify, a finding)."""
-        return self._parse(_resolver(self.base_dir, self.image_root), *self.rows[position])
+        return self._parse(shared_resolver(self.base_dir, self.image_root), *self.rows[position])
 
     def split(self, count: int) -> tuple[LineBatch, LineBatch]:
-        """The first `count` rows and the rest (--resume skips rows already counted)."""
         return replace(self, rows=self.rows[:count]), replace(self, rows=self.rows[count:])
 
     def _parse(self, resolve: ImageResolver, index: int, line: int, raw: bytes) -> Sample:
         return _parse_line(raw, index, line, self.source, resolve, self.layout, self.from_first_row, None)
-
-
-_RESOLVERS: dict[tuple[str, str | None], ImageResolver] = {}
-
-
-def _resolver(base_dir: str, image_root: str | None) -> ImageResolver:
-    """One ImageResolver per folder and process: it caches each image folder's realpath."""
-    key = (base_dir, image_root)
-    resolve = _RESOLVERS.get(key)
-    if resolve is None:
-        if len(_RESOLVERS) > 256:
-            _RESOLVERS.clear()
-        resolve = _RESOLVERS[key] = ImageResolver(base_dir, image_root)
-    return resolve
 
 
 def _parse_line(
@@ -168,18 +147,18 @@ def read_jsonl(
     image_root: str | None,
     source: str,
     convert: Convert | None = None,
-    line_batches: int = 0,
+    batch_rows: int = 0,
 ) -> Iterator[Sample | LineBatch]:
     """A JSONL manifest, line by line; `convert` maps each decoded row first (LLaMA-Factory columns).
 
-    `line_batches` > 0: once the file's layout is known, rows come as LineBatch units of that many
-    lines, parsed by whoever scans them (vlmlint/runner.py); rows before that, and cut lines, as Samples.
+    `batch_rows` > 0: once the file's layout is known, rows come as LineBatch units of that many
+    lines, parsed by whoever scans them (readers/batches.py); rows before that, and cut lines, as Samples.
     """
     _check_encoding(path)
     base_dir = os.path.dirname(os.path.abspath(path))
-    resolve = _resolver(base_dir, image_root)
+    resolve = shared_resolver(base_dir, image_root)
     file_layout = _FileLayout(layout)
-    batching = line_batches > 0 and convert is None  # a convert function may not travel to a worker
+    batching = batch_rows > 0 and convert is None  # a convert function may not travel to a worker
     pending: list[tuple[int, int, bytes]] = []
     index = 0
     with open(path, "rb") as handle:
@@ -199,7 +178,7 @@ def read_jsonl(
                 continue  # blank lines carry no row
             if batching and file_layout.value is not None:
                 pending.append((index, line_number, raw))
-                if len(pending) >= line_batches:
+                if len(pending) >= batch_rows:
                     yield _batch(source, base_dir, image_root, file_layout, pending)
                     pending = []
             else:
@@ -227,7 +206,7 @@ def read_json(
     image_root: str | None,
     source: str,
     convert: Convert | None = None,
-    line_batches: int = 0,
+    batch_rows: int = 0,
 ) -> Iterator[Sample | LineBatch]:
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
@@ -240,7 +219,7 @@ def read_json(
             image_root=image_root,
             source=source,
             convert=convert,
-            line_batches=line_batches,
+            batch_rows=batch_rows,
         )
         return
     import ijson  # streaming parser with a C backend
