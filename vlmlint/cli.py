@@ -205,7 +205,7 @@ def scan(
         typer.Option(
             "--jobs",
             "-j",
-            help="Worker processes (default 0: as many as keep every core busy; 1: this process only).",
+            help="Processes that scan, this one included (default 0: as many as keep every core busy; 1: this process only).",
             min=0,
         ),
     ] = None,
