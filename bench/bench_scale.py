@@ -232,7 +232,10 @@ def main() -> int:
         print(f"\n{first}: report with the default --jobs == report with --jobs 1: {one == every}")
         if len(sizes) > 1:
             small, big = results[(first, "auto")], results[(f"llava-{sizes[-1]}.jsonl", "auto")]
-            print(f"peak PSS {sizes[-1]:,} rows / {sizes[0]:,} rows: {big[2] / small[2]:.2f}x")
+            print(
+                f"{sizes[-1]:,} rows / {sizes[0]:,} rows: peak RSS {big[1] / small[1]:.2f}x, "
+                f"peak PSS {big[2] / small[2]:.2f}x"
+            )
 
     # The naive per-row processor loop against the default path, on the same rows, in this process.
     subset = DATA / f"subset-{args.naive_rows}.jsonl"

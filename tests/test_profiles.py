@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixtures.profile_fixtures import PROFILE_FIXTURES
 from tests.conftest import DATASETS, PROCESSORS, real_processor
 from tests.profile_checks import scan_equals_real_processor
 from vlmlint.config import build_config
@@ -154,19 +155,7 @@ def test_no_model_is_the_default_profile():
 
 
 ESTIMATED = [name for name, p in profiles.PROFILES.items() if not p.exact_text]
-FIXTURE_OF = {
-    "llava-1.5": "llava-1.5-7b",
-    "llava-next": "llava-v1.6-mistral-7b",
-    "llava-onevision": "llava-onevision-qwen2-7b-ov",
-    "idefics3": "idefics3-8b-llama3",
-    "smolvlm": "smolvlm-instruct",
-    "smolvlm-256m": "smolvlm-256m-instruct",
-    "paligemma": "paligemma-3b-pt-224",
-    "gemma-3": "gemma-3-4b-it",
-    "internvl3": "internvl3-1b-hf",
-    "pixtral": "pixtral-12b",
-    "mistral-small-3.1": "mistral-small-3.1-24b",
-}
+FIXTURE_OF = PROFILE_FIXTURES  # fixtures/profile_fixtures.py, as fixtures/build_profiles.py uses it
 
 
 @pytest.mark.parametrize("name", ESTIMATED)
