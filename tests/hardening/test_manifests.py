@@ -341,6 +341,34 @@ def test_corrupt_tables_exit_2_with_one_line(tmp_path, record):
         )
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_invalid_utf8_in_a_table_costs_its_row_only(tmp_path, record, jobs):
+    """A string value Arrow cannot decode (invalid UTF-8 written as string) is VLM101 on its row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [GOOD] * 600  # three record batches; the bad rows sit in the second and third
+    table = pa.Table.from_pylist([{**row, "id": f"r{i}"} for i, row in enumerate(rows)])
+    ids = [f"r{i}".encode() for i in range(len(rows))]
+    ids[300], ids[599] = b"\xff\xfe", b"ok\xc3"
+    raw = pa.array(ids, type=pa.binary())
+    broken = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # no UTF-8 check
+    pq.write_table(table.set_column(table.schema.get_field_index("id"), "id", broken), tmp_path / "t.parquet")
+    run = run_cli(
+        "scan", str(tmp_path / "t.parquet"), "-q", "--verify", "0", "--jobs", jobs, "--format", "json"
+    )
+    assert run.exit_code == 1, run.stderr
+    assert run.report["summary"]["samples"] == 600
+    bad = [f for f in run.report["findings"] if f["code"] == "VLM101"]
+    assert [f["index"] for f in bad] == [300, 599]
+    assert "UnicodeDecodeError" in bad[0]["message"]
+    record(
+        "manifests",
+        "a parquet string value that is not UTF-8",
+        "VLM101 on that row (row cannot be read from the table); the other rows of its batch are scanned",
+    )
+
+
 def test_fifo_named_like_a_manifest_does_not_block(tmp_path, record):
     folder = tmp_path / "ds"
     folder.mkdir()

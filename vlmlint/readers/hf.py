@@ -15,7 +15,7 @@ from typing import Any
 from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
 from vlmlint.readers.layouts import detect_layout, row_to_sample, shared_resolver
-from vlmlint.sample import Sample
+from vlmlint.sample import RowProblem, Sample
 
 BATCH_ROWS = 256
 
@@ -39,21 +39,49 @@ class TableBatch(RowBatch):
         return self.table.num_rows
 
     def samples(self) -> list[Sample]:
-        return self._parse(self.table.to_pylist(), self.first_index)
+        return self._parse(python_rows(self.table), self.first_index)
 
     def sample(self, position: int) -> Sample:
-        return self._parse(self.table.slice(position, 1).to_pylist(), self.first_index + position)[0]
+        return self._parse(python_rows(self.table.slice(position, 1)), self.first_index + position)[0]
 
     def split(self, count: int) -> tuple[TableBatch, TableBatch]:
         head = replace(self, table=self.table.slice(0, count))
         return head, replace(self, table=self.table.slice(count), first_index=self.first_index + count)
 
-    def _parse(self, rows: list[dict[str, Any]], first: int) -> list[Sample]:
+    def _parse(self, rows: list[Any], first: int) -> list[Sample]:
         resolve = shared_resolver(self.base_dir, self.image_root)
         return [
-            row_to_sample(row, layout=self.layout, resolve=resolve, source=self.source, index=first + k)
-            for k, row in enumerate(rows)
+            _sample(row, self.layout, resolve, self.source, first + k, None) for k, row in enumerate(rows)
         ]
+
+
+class _Unreadable(str):
+    """A row Arrow cannot turn into Python values (e.g. a string column holding invalid UTF-8)."""
+
+
+def python_rows(batch: Any) -> list[Any]:
+    """A record batch's rows as dicts; a row that cannot be converted is an _Unreadable message.
+
+    Why row by row on failure: one bad value must cost its own row (a VLM101 finding), not the file.
+    """
+    import pyarrow as pa
+
+    try:
+        return batch.to_pylist()
+    except (pa.ArrowException, ValueError):
+        rows: list[Any] = []
+        for position in range(batch.num_rows):
+            try:
+                rows.extend(batch.slice(position, 1).to_pylist())
+            except (pa.ArrowException, ValueError) as exc:
+                rows.append(_Unreadable(f"row cannot be read from the table: {type(exc).__name__}: {exc}"))
+        return rows
+
+
+def _sample(row: Any, layout: str | None, resolve, source: str, index: int, convert) -> Sample:
+    if isinstance(row, _Unreadable):
+        return Sample(source=source, index=index, problems=(RowProblem("VLM101", str(row)),))
+    return row_to_sample(row, layout=layout, resolve=resolve, source=source, index=index, convert=convert)
 
 
 def _rows_to_units(
@@ -75,12 +103,10 @@ def _rows_to_units(
             yield TableBatch(source, base_dir, image_root, chosen, index, batch)
             index += batch.num_rows
             continue
-        for row in batch.to_pylist():
+        for row in python_rows(batch):
             if chosen is None and isinstance(row, dict):
                 chosen = detect_layout(row)
-            yield row_to_sample(
-                row, layout=chosen, resolve=resolve, source=source, index=index, convert=convert
-            )
+            yield _sample(row, chosen, resolve, source, index, convert)
             index += 1
 
 
@@ -122,14 +148,35 @@ def read_saved_dataset(
     )
 
 
-def _table_errors(path: str, kind: str, batches: Callable[[], Iterator[Any]]):
-    """Batches of a table file; a corrupt file (at its start or further in) is a DatasetError."""
+def _table_file(
+    path: str,
+    kind: str,
+    batches: Callable[[], Iterator[Any]],
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Callable[[Any], Any] | None,
+    batch_rows: int,
+) -> Iterator[Sample | TableBatch]:
+    """The rows of a parquet/arrow file; a corrupt file (at its start or further in) is a DatasetError."""
     import pyarrow as pa
 
-    try:
-        yield from batches()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
+    def checked() -> Iterator[Any]:
+        try:
+            yield from batches()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
+
+    base_dir = os.path.dirname(os.path.abspath(path))
+    yield from _rows_to_units(
+        checked(),
+        layout=layout,
+        base_dir=base_dir,
+        image_root=image_root,
+        source=source,
+        convert=convert,
+        batch_rows=batch_rows,
+    )
 
 
 def read_parquet(
@@ -146,15 +193,7 @@ def read_parquet(
     def batches() -> Iterator[Any]:
         yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS)
 
-    yield from _rows_to_units(
-        _table_errors(path, "parquet", batches),
-        layout=layout,
-        base_dir=os.path.dirname(os.path.abspath(path)),
-        image_root=image_root,
-        source=source,
-        convert=convert,
-        batch_rows=batch_rows,
-    )
+    yield from _table_file(path, "parquet", batches, layout, image_root, source, convert, batch_rows)
 
 
 def read_arrow(
@@ -180,15 +219,7 @@ def read_arrow(
             else:
                 yield from reader
 
-    yield from _rows_to_units(
-        _table_errors(path, "Arrow", batches),
-        layout=layout,
-        base_dir=os.path.dirname(os.path.abspath(path)),
-        image_root=image_root,
-        source=source,
-        convert=convert,
-        batch_rows=batch_rows,
-    )
+    yield from _table_file(path, "Arrow", batches, layout, image_root, source, convert, batch_rows)
 
 
 def read_hub_dataset(
