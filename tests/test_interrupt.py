@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import DATASETS, PROCESSORS
 
-ROWS = 60_000  # long enough that the scan is still running when the signal comes
+ROWS = 200_000  # long enough that the scan is still running when the signal comes (~30 s on 2 cores)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,10 @@ def big_dataset(tmp_path_factory):
     return folder
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("signum", "code", "jobs", "group"),
     [
@@ -48,7 +52,14 @@ def test_signal_leaves_a_partial_report(big_dataset, tmp_path, signum, code, job
                "--model", str(PROCESSORS / "qwen2-vl"), "--allow-outside-root", "--verify", "0",
                "--format", "json", "-o", str(out), "--report", str(report), "--jobs", jobs]  # fmt: skip
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+        # A shell's background job starts with SIGINT ignored, and Python keeps an ignored SIGINT
+        # ignored (as it should): give the scan a Ctrl-C to receive whatever launched pytest.
+        preexec_fn=_default_sigint,
     )
     time.sleep(6)  # model loaded, rows flowing
     assert process.poll() is None, "the scan ended before the signal: make the dataset bigger"

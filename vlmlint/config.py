@@ -66,7 +66,7 @@ class ScanConfig:
     config_root: str | None = None  # the config file's folder: relative globs are matched from it
     batch_size: int = 256
     jobs: int = (
-        1  # worker processes; 0: chosen for the model and cores (runner.default_jobs); 1: this process
+        1  # processes that scan, this one included; 0: chosen for the model and cores (runner.default_jobs)
     )
     pipeline: str = "hf"  # the trainer whose preprocessing to predict (vlmlint/pipelines)
     pipeline_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
