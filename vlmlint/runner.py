@@ -1,8 +1,9 @@
 """Run a scan on several processes, with the same outcomes, in the same order, as one process.
 
 `--jobs N` is N processes in all: this one and N - 1 workers. The reader cuts the dataset into chunks
-of about `batch_size` rows: JSONL lines and Arrow record batches unparsed (RowBatch: the process that
-scans a chunk parses it, which costs less than sending parsed rows), other sources as Samples. Workers scan chunks with
+of about `batch_size` rows: JSONL lines, JSON array elements and Arrow record batches unparsed
+(RowBatch: the process that scans a chunk parses it, which costs less than sending parsed rows), other
+sources as Samples. Workers scan chunks with
 their own Scanner (the model inherited from this process where processes fork, loaded again where
 they spawn) while this process scans every N-th chunk itself and hands results on in dataset order,
 at most a few chunks ahead, so memory stays flat and the report is the same whatever N is.

@@ -126,8 +126,9 @@ def iter_samples(
     data file of a folder that is a symlink out of it is a VLM104 problem and is not read, unless
     `allow_outside_root`. A pattern (`shards/train-{000..099}.tar`, `shards/*.tar`) reads each file
     it names in order; a missing shard is a VLM101 row. `rel`: a path -> its name in reports.
-    `batch_rows` > 0: JSONL lines and Arrow record batches (parquet, arrow, save_to_disk) come as
-    RowBatch units, parsed where they are scanned (readers/batches.py); other sources yield Samples.
+    `batch_rows` > 0: JSONL lines, JSON array elements and Arrow record batches (parquet, arrow,
+    save_to_disk) come as RowBatch units, parsed where they are scanned (readers/batches.py); other
+    sources yield Samples.
     """
     if layout is not None and layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")

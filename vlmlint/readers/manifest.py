@@ -226,27 +226,59 @@ def read_json(
 
     from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
 
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    resolve = shared_resolver(base_dir, image_root)
     file_layout = _FileLayout(layout)
+    batching = batch_rows > 0 and convert is None
+    pending: list[tuple[int, int, bytes]] = []
     index = 0
     with open(path, "rb") as raw:
         handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
         try:
             for row in ijson.items(handle, "item", use_float=True):
+                line = handle.take()
+                if batching and file_layout.value is not None and line is not None:
+                    # A worker parses the element again from compact JSON: only where that gives
+                    # back this very row (not for ints beyond 64 bits, infinities, lone surrogates).
+                    element = _reencoded(row)
+                    if element is not None:
+                        pending.append((index, line, element))
+                        if len(pending) >= batch_rows:
+                            yield _batch(source, base_dir, image_root, file_layout, pending)
+                            pending = []
+                        index += 1
+                        continue
+                if pending:
+                    yield _batch(source, base_dir, image_root, file_layout, pending)
+                    pending = []
                 yield row_to_sample(
                     row,
                     layout=file_layout.for_row(row),
                     resolve=resolve,
                     source=source,
                     index=index,
-                    line=handle.take(),
+                    line=line,
                     from_first_row=file_layout.detected,
                     convert=convert,
                 )
                 index += 1
         except (ijson.JSONError, ElementLimit) as exc:
+            if pending:
+                yield _batch(source, base_dir, image_root, file_layout, pending)
             message = f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
             yield _malformed(source, index, handle.take(), message, message.encode())  # no raw bytes to hash
+            return
+    if pending:
+        yield _batch(source, base_dir, image_root, file_layout, pending)
+
+
+def _reencoded(row: Any) -> bytes | None:
+    """The row as compact JSON if parsing that gives back an equal row, else None."""
+    try:
+        element = orjson.dumps(row)
+    except orjson.JSONEncodeError:
+        return None
+    return element if orjson.loads(element) == row else None
 
 
 def _first_line(exc: Exception) -> str:
