@@ -219,7 +219,7 @@ def main() -> int:
         report = out / f"{label}{'-j1' if extra else ''}.json"
         wall, peak, pss, _ = run_scan(dataset, args.model, report, extra)
         jobs = "1" if extra else "auto"
-        results[(label, jobs)] = (rows, wall, pss, report)
+        results[(label, jobs)] = (rows, wall, peak, pss, report)
         print(
             f"{label:<30}{rows:>9}{jobs:>6}{wall:>8.1f}{rows / wall:>8.0f}{peak / 2**20:>14.0f}{pss / 2**20:>14.0f}",
             flush=True,
@@ -227,14 +227,14 @@ def main() -> int:
 
     if sizes:
         first = f"llava-{sizes[0]}.jsonl"
-        one = json.loads(results[(first, "1")][3].read_text())
-        every = json.loads(results[(first, "auto")][3].read_text())
+        one = json.loads(results[(first, "1")][4].read_text())
+        every = json.loads(results[(first, "auto")][4].read_text())
         print(f"\n{first}: report with the default --jobs == report with --jobs 1: {one == every}")
         if len(sizes) > 1:
             small, big = results[(first, "auto")], results[(f"llava-{sizes[-1]}.jsonl", "auto")]
             print(
-                f"{sizes[-1]:,} rows / {sizes[0]:,} rows: peak RSS {big[1] / small[1]:.2f}x, "
-                f"peak PSS {big[2] / small[2]:.2f}x"
+                f"{sizes[-1]:,} rows / {sizes[0]:,} rows: peak RSS {big[2] / small[2]:.2f}x, "
+                f"peak PSS {big[3] / small[3]:.2f}x"
             )
 
     # The naive per-row processor loop against the default path, on the same rows, in this process.
