@@ -187,12 +187,10 @@ def scan_parallel(
                 for handle, (result, findings) in zip(
                     _row_handles(chunk), done.result() if remote else done, strict=True
                 ):
-                    reload = None
-                    if not remote:
-                        pass  # scanned here: the result holds the whole Sample
-                    elif isinstance(handle, Sample):  # sent from here as a Sample: it is here whole
+                    reload = None  # scanned here: the result holds the whole Sample
+                    if remote and isinstance(handle, Sample):  # sent from here whole: attach it again
                         result = evolve(result, sample=handle)
-                    elif not findings:  # a headline came back: the line can rebuild the row
+                    elif remote and not findings:  # a headline came back: its line rebuilds the row
                         reload = handle
                     yield merge(result, findings, reload)
                 if done is box:
