@@ -589,7 +589,7 @@ class Scanner:
             streaming=config.streaming,
             allow_outside_root=config.allow_outside_root,
             dataset_name=config.dataset_name,
-            # Worker processes parse JSONL lines themselves: the parent only cuts the file into batches.
+            # Rows travel to worker processes unparsed (readers/batches.py): each parses its own.
             batch_rows=config.batch_size if jobs > 1 else 0,
         )
         for rule in self.rules:

@@ -2,11 +2,11 @@
 
 `--jobs N` is N processes in all: this one and N - 1 workers. The reader cuts the dataset into chunks
 of about `batch_size` rows: JSONL lines, JSON array elements and Arrow record batches unparsed
-(RowBatch: the process that scans a chunk parses it, which costs less than sending parsed rows), other
-sources as Samples. Workers scan chunks with
-their own Scanner (the model inherited from this process where processes fork, loaded again where
-they spawn) while this process scans every N-th chunk itself and hands results on in dataset order,
-at most a few chunks ahead, so memory stays flat and the report is the same whatever N is.
+(RowBatch: the process that scans a chunk parses it, which costs less than sending parsed rows),
+other sources as Samples. Workers scan chunks with their own Scanner (the model inherited from this
+process where processes fork, loaded again where they spawn) while this process scans every N-th
+chunk itself and hands results on in dataset order, at most a few chunks ahead, so memory stays flat
+and the report is the same whatever N is.
 
 Why this process scans too: on a small machine a parent that only dispatched would hold a core's
 share of memory (a forked worker counts every page it shares with its parent) for little work.
@@ -183,18 +183,17 @@ def scan_parallel(
                 box.extend((o.result, o.findings) for o in local.scan_samples(expand(own), reset=False))
             while pending:
                 chunk, done = pending.popleft()
-                remote = isinstance(done, Future)
-                for handle, (result, findings) in zip(
-                    _row_handles(chunk), done.result() if remote else done, strict=True
-                ):
-                    reload = None  # scanned here: the result holds the whole Sample
-                    if remote and isinstance(handle, Sample):  # sent from here whole: attach it again
+                if done is box:  # scanned here: the results hold whole Samples
+                    for result, findings in box:
+                        yield merge(result, findings, None)
+                    break
+                for handle, (result, findings) in zip(_row_handles(chunk), done.result(), strict=True):
+                    reload = None
+                    if isinstance(handle, Sample):  # sent from here whole: attach it again
                         result = evolve(result, sample=handle)
-                    elif remote and not findings:  # a headline came back: its line rebuilds the row
+                    elif not findings:  # a headline came back: its line rebuilds the row
                         reload = handle
                     yield merge(result, findings, reload)
-                if done is box:
-                    break
     finally:
         _inherited = None
         pool.shutdown(wait=True, cancel_futures=True)

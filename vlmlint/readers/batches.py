@@ -4,9 +4,8 @@ Why: turning a row into a Sample (JSON parsing, layout, image references) is mos
 cost, and a Sample costs more to send to another process than the bytes it came from. With
 `batch_rows`, the JSON, JSONL and table readers yield a RowBatch for each run of rows once the
 source's layout is known (JSONL lines, or a JSON array's elements as compact JSON: LineBatch; an
-Arrow record batch: TableBatch), and
-vlmlint/runner.py lets each worker parse its own. `samples()` gives exactly the Samples the reader
-would have yielded one by one.
+Arrow record batch: TableBatch), and vlmlint/runner.py lets each worker parse its own. `samples()`
+gives exactly the Samples the reader would have yielded one by one.
 """
 
 from __future__ import annotations

@@ -156,17 +156,30 @@ def read_jsonl(
     """
     _check_encoding(path)
     base_dir = os.path.dirname(os.path.abspath(path))
-    resolve = shared_resolver(base_dir, image_root)
     file_layout = _FileLayout(layout)
     batching = batch_rows > 0 and convert is None  # a convert function may not travel to a worker
-    pending: list[tuple[int, int, bytes]] = []
+    rows = _jsonl_rows(path, base_dir, image_root, source, convert, file_layout, batching)
+    yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
+
+
+_Raw = tuple[int, int, bytes]  # (row index, line number, the row's JSON): parsed where it is scanned
+
+
+def _jsonl_rows(
+    path: str,
+    base_dir: str,
+    image_root: str | None,
+    source: str,
+    convert: Convert | None,
+    file_layout: _FileLayout,
+    batching: bool,
+) -> Iterator[Sample | _Raw]:
+    """read_jsonl's rows: Samples, or with `batching` raw lines once the layout is known."""
+    resolve = shared_resolver(base_dir, image_root)
     index = 0
     with open(path, "rb") as handle:
         for line_number, (raw, whole) in enumerate(_lines(handle), start=1):
             if not whole:
-                if pending:
-                    yield _batch(source, base_dir, image_root, file_layout, pending)
-                    pending = []
                 length, fingerprint = _rest_of_line(handle, raw)
                 message = f"line is longer than {MAX_LINE_BYTES // 2**20} MiB ({length:,} bytes); not parsed"
                 yield _malformed(source, index, line_number, message, b"", fingerprint)
@@ -177,19 +190,42 @@ def read_jsonl(
             if not raw or raw.isspace():
                 continue  # blank lines carry no row
             if batching and file_layout.value is not None:
-                pending.append((index, line_number, raw))
-                if len(pending) >= batch_rows:
-                    yield _batch(source, base_dir, image_root, file_layout, pending)
-                    pending = []
+                yield index, line_number, raw
             else:
                 detected = file_layout.detected
                 yield _parse_line(raw, index, line_number, source, resolve, file_layout, detected, convert)
             index += 1
+
+
+def _in_batches(
+    rows: Iterator[Sample | _Raw],
+    size: int,
+    source: str,
+    base_dir: str,
+    image_root: str | None,
+    file_layout: _FileLayout,
+) -> Iterator[Sample | LineBatch]:
+    """Runs of raw rows as LineBatch units of at most `size` rows; Samples pass through, in order.
+
+    The file's layout is known before its first raw row and does not change after it.
+    """
+    pending: list[_Raw] = []
+    for row in rows:
+        if isinstance(row, Sample):
+            if pending:
+                yield _batch(source, base_dir, image_root, file_layout, pending)
+                pending = []
+            yield row
+        else:
+            pending.append(row)
+            if len(pending) >= size:
+                yield _batch(source, base_dir, image_root, file_layout, pending)
+                pending = []
     if pending:
         yield _batch(source, base_dir, image_root, file_layout, pending)
 
 
-def _batch(source, base_dir, image_root, file_layout: _FileLayout, rows: list) -> LineBatch:
+def _batch(source, base_dir, image_root, file_layout: _FileLayout, rows: list[_Raw]) -> LineBatch:
     return LineBatch(source, base_dir, image_root, file_layout.value, file_layout.detected, tuple(rows))
 
 
@@ -222,54 +258,54 @@ def read_json(
             batch_rows=batch_rows,
         )
         return
+    base_dir = os.path.dirname(os.path.abspath(path))
+    file_layout = _FileLayout(layout)
+    batching = batch_rows > 0 and convert is None
+    rows = _array_rows(path, base_dir, image_root, source, convert, file_layout, batching)
+    yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
+
+
+def _array_rows(
+    path: str,
+    base_dir: str,
+    image_root: str | None,
+    source: str,
+    convert: Convert | None,
+    file_layout: _FileLayout,
+    batching: bool,
+) -> Iterator[Sample | _Raw]:
+    """A JSON array's elements, streamed with ijson: Samples, or with `batching` compact JSON."""
     import ijson  # streaming parser with a C backend
 
     from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
 
-    base_dir = os.path.dirname(os.path.abspath(path))
     resolve = shared_resolver(base_dir, image_root)
-    file_layout = _FileLayout(layout)
-    batching = batch_rows > 0 and convert is None
-    pending: list[tuple[int, int, bytes]] = []
     index = 0
     with open(path, "rb") as raw:
         handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
         try:
             for row in ijson.items(handle, "item", use_float=True):
                 line = handle.take()
-                if batching and file_layout.value is not None and line is not None:
-                    # A worker parses the element again from compact JSON: only where that gives
-                    # back this very row (not for ints beyond 64 bits, infinities, lone surrogates).
-                    element = _reencoded(row)
-                    if element is not None:
-                        pending.append((index, line, element))
-                        if len(pending) >= batch_rows:
-                            yield _batch(source, base_dir, image_root, file_layout, pending)
-                            pending = []
-                        index += 1
-                        continue
-                if pending:
-                    yield _batch(source, base_dir, image_root, file_layout, pending)
-                    pending = []
-                yield row_to_sample(
-                    row,
-                    layout=file_layout.for_row(row),
-                    resolve=resolve,
-                    source=source,
-                    index=index,
-                    line=line,
-                    from_first_row=file_layout.detected,
-                    convert=convert,
-                )
+                # A worker parses the element again from compact JSON: only where that gives back
+                # this very row (not for ints beyond 64 bits, infinities, lone surrogates).
+                element = _reencoded(row) if batching and file_layout.value is not None else None
+                if element is not None and line is not None:
+                    yield index, line, element
+                else:
+                    yield row_to_sample(
+                        row,
+                        layout=file_layout.for_row(row),
+                        resolve=resolve,
+                        source=source,
+                        index=index,
+                        line=line,
+                        from_first_row=file_layout.detected,
+                        convert=convert,
+                    )
                 index += 1
         except (ijson.JSONError, ElementLimit) as exc:
-            if pending:
-                yield _batch(source, base_dir, image_root, file_layout, pending)
             message = f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
             yield _malformed(source, index, handle.take(), message, message.encode())  # no raw bytes to hash
-            return
-    if pending:
-        yield _batch(source, base_dir, image_root, file_layout, pending)
 
 
 def _reencoded(row: Any) -> bytes | None:
