@@ -85,6 +85,10 @@ class Checkpoint:
         summary.by_severity = Counter(totals["by_severity"])
         summary.seq_lens = _array(totals["seq_lens"])
         summary.image_tokens = _array(totals["image_tokens"])
+        media = totals.get("media_not_counted", {})
+        summary.media_rows, summary.videos, summary.audios = (
+            media.get(k, 0) for k in ("rows", "videos", "audios")
+        )
         self.restored_findings_rows = totals["samples_with_findings"]
         self._restored_size = size
         self._start_log(truncate_to=size)
@@ -150,6 +154,11 @@ class Checkpoint:
                 "by_severity": dict(summary.by_severity),
                 "seq_lens": base64.b64encode(summary.seq_lens.tobytes()).decode(),
                 "image_tokens": base64.b64encode(summary.image_tokens.tobytes()).decode(),
+                "media_not_counted": {
+                    "rows": summary.media_rows,
+                    "videos": summary.videos,
+                    "audios": summary.audios,
+                },
             },
         }
         write_atomic(self.path, orjson.dumps(state))

@@ -25,7 +25,18 @@ from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
 from vlmlint.readers import RowBatch, iter_samples
 from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
-from vlmlint.sample import IMAGE_PLACEHOLDER, ImageInfo, ImageRef, Message, RowResult, Sample, evolve
+from vlmlint.sample import (
+    IMAGE_PLACEHOLDER,
+    ImageInfo,
+    ImageRef,
+    MediaInfo,
+    MediaRef,
+    Message,
+    Part,
+    RowResult,
+    Sample,
+    evolve,
+)
 
 _IMAGE_CACHE_SIZE = 65536
 # Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
@@ -67,6 +78,7 @@ class _Prepared:
     extra_tokens: int = 0
     count_error: str | None = None
     counts: list[ImageCount] = field(default_factory=list)
+    media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, not counted
 
 
 @dataclass(frozen=True)
@@ -166,17 +178,41 @@ def _fast_lengths(model: Model, add_special_tokens: bool) -> Any:
 
 
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Messages as processor.apply_chat_template receives them: typed parts, images in place."""
+    """Messages as processor.apply_chat_template receives them: typed parts, images in place.
+
+    Video and audio parts are left out: vlmlint does not count them yet (VLM109), so the text is
+    what the row gives without them and its lengths are lower bounds.
+    """
     return [
         {
             "role": message.role.value,
             "content": [
                 {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
                 for part in message.parts
+                if not part.media
             ],
         }
-        for message in messages
+        for message in without_media(messages)
     ]
+
+
+def without_media(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """The messages without their video and audio parts (the same tuple when they have none)."""
+    messages = tuple(messages)
+    if not any(part.media for message in messages for part in message.parts):
+        return messages
+    return tuple(Message(m.role, _merged(p for p in m.parts if not p.media)) for m in messages)
+
+
+def _merged(parts: Iterable[Part]) -> tuple[Part, ...]:
+    """Adjacent text parts joined, as the text was before a media placeholder split it."""
+    out: list[Part] = []
+    for part in parts:
+        if out and not part.is_image and not out[-1].is_image:
+            out[-1] = Part(text=out[-1].text + part.text)
+        else:
+            out.append(part)
+    return tuple(out)
 
 
 class Scanner:
@@ -269,6 +305,13 @@ class Scanner:
             cached = evolve(cached, reference=ref.reference)
         return cached
 
+    def media_info(self, ref: MediaRef) -> MediaInfo:
+        """Whether one video or audio clip can be read (vlmlint/media.py; frames are images)."""
+        from vlmlint.media import media_info
+
+        allowed = self.config.allow_outside_root
+        return media_info(ref, allow_outside_root=allowed, image_header=self.image_header)
+
     def _with_counts(
         self, sample: Sample, headers: tuple[ImageInfo, ...]
     ) -> tuple[tuple[ImageInfo, ...], list[ImageCount] | None]:
@@ -348,7 +391,11 @@ class Scanner:
     # -- text -------------------------------------------------------------------------------------
 
     def render(self, messages: tuple[Message, ...]) -> str:
-        """The text the processor tokenizes: the chat template's output, or the raw turns joined."""
+        """The text the processor tokenizes: the chat template's output, or the raw turns joined.
+
+        Video and audio parts are not rendered (not counted yet: the row's lengths are lower bounds).
+        """
+        messages = without_media(messages)
         if self.template is None:
             turns = (
                 "".join(
@@ -381,11 +428,12 @@ class Scanner:
         if sample.problems or sample.pretokenized is not None:
             return _Prepared(sample, (), 0)  # nothing to count: unusable, or the processor already ran
         images = tuple(self.image_header(ref) for ref in sample.images)
+        media = tuple(self.media_info(ref) for ref in sample.media) if sample.media else ()
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
         counts = None
         if images and not any(info.error_code for info in images):
             images, counts = self._with_counts(sample, images)
-        prepared = _Prepared(sample, images, placeholders, counts=counts or [])
+        prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
         if self.model.tokenizer is None:
@@ -522,6 +570,7 @@ class Scanner:
             count_error=prepared.count_error,
             image_spans=spans,
             max_position_id=max_position,
+            media=prepared.media,
         )
         if seq_len is not None and self.pipeline.name != "hf":
             fate = self.pipeline.fate(result, self, prepared)

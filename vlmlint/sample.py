@@ -7,6 +7,10 @@ from enum import Enum
 
 # The placeholder a dataset author writes in the text for "an image goes here".
 IMAGE_PLACEHOLDER = "<image>"
+# LLaMA-Factory's and ms-swift's placeholders for a video and an audio clip.
+VIDEO_PLACEHOLDER = "<video>"
+AUDIO_PLACEHOLDER = "<audio>"
+MEDIA_PLACEHOLDERS = {"video": VIDEO_PLACEHOLDER, "audio": AUDIO_PLACEHOLDER}
 
 
 class Role(str, Enum):
@@ -39,11 +43,35 @@ class ImageRef:
 
 
 @dataclass(frozen=True)
+class MediaRef:
+    """One video or audio clip of a sample, which vlmlint reads the references of but does not count yet.
+
+    `kind` is "video" or "audio". The other fields are ImageRef's: the reference as written, the
+    resolved file, embedded bytes (a data: URI, an OpenAI `input_audio`), or a URL. A video given as
+    a list of frame images (LLaMA-Factory, ms-swift, qwen-vl-utils) has them in `frames`, each an
+    ImageRef; `path` is then None.
+    """
+
+    kind: str
+    reference: str
+    path: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    url: str | None = None
+    outside_root: bool = False
+    frames: tuple[ImageRef, ...] = ()
+
+
+@dataclass(frozen=True)
 class Part:
-    """One piece of a turn: text, or the place where an image goes."""
+    """One piece of a turn: text, the place where an image goes, or (`media`) where a video or audio goes.
+
+    A media part ("video" / "audio") has no text and is_image False; it is left out of the text
+    vlmlint renders and tokenizes (its tokens are not counted yet, so lengths are lower bounds).
+    """
 
     text: str = ""
     is_image: bool = False
+    media: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +104,7 @@ class Sample:
     layout: str = "unknown"
     messages: tuple[Message, ...] = ()
     images: tuple[ImageRef, ...] = ()
+    media: tuple[MediaRef, ...] = ()  # videos and audio clips, in the order the row lists them
     # True when the layout places the image implicitly (captions, image folders): no placeholder expected.
     implicit_image_placement: bool = False
     problems: tuple[RowProblem, ...] = ()  # the row cannot be used: no counts
@@ -116,6 +145,21 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class MediaInfo:
+    """What the engine learnt about one video or audio clip: whether it can be read (no frame is decoded).
+
+    `error_code` as ImageInfo's: missing, unreadable, outside, remote. `frames`: the images of a
+    video given as a frame list.
+    """
+
+    kind: str
+    reference: str
+    error_code: str | None = None
+    error: str | None = None
+    frames: int | None = None
+
+
+@dataclass(frozen=True)
 class RowResult:
     """A sample plus every fact the engine computed for it; rules read these facts."""
 
@@ -135,10 +179,17 @@ class RowResult:
     # --pipeline llamafactory|swift|trl: what that trainer does with the row (pipelines.TrainerFate);
     # None with the raw processor (hf).
     trainer: object | None = None
+    # The row's videos and audio clips: not counted, so seq_len and text_tokens are lower bounds.
+    media: tuple[MediaInfo, ...] = ()
 
     @property
     def image_tokens(self) -> list[int | None]:
         return [info.tokens for info in self.images]
+
+    @property
+    def lengths_lower_bound(self) -> bool:
+        """Whether the row's lengths leave out tokens vlmlint does not count (its videos, audio)."""
+        return bool(self.media)
 
 
 def evolve(record, **changes):

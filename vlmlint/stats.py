@@ -216,7 +216,7 @@ _NO_KNOB: dict[str, str] = {
     "max length is recommended",
     "pixtral": "size.longest_edge bounds the image size, but vlmlint stats does not search it yet; only the "
     "max length is recommended",
-    "generic": "no header formula for this processor: no image-size knob is searched; only the max length "
+    "fallback": "no header formula for this processor: no image-size knob is searched; only the max length "
     "is recommended",
 }
 
@@ -371,6 +371,8 @@ class DatasetStats:
     max_length: tuple[Recommendation, ...]
     knob: KnobStats | None
     knob_note: str | None  # why there is no knob (or why it was not searched)
+    # Counted rows holding videos or audio clips, which are not counted (VLM109): lower-bound lengths.
+    rows_lower_bound: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -387,6 +389,7 @@ class DatasetStats:
             "max_length": [r.to_dict() for r in self.max_length],
             "knob": self.knob.to_dict() if self.knob else None,
             "knob_note": self.knob_note,
+            "rows_lower_bound": self.rows_lower_bound,
         }
 
 
@@ -405,6 +408,7 @@ class StatsCollector:
         self.at_current = 0
         self.unfittable = 0
         self.unfittable_rows: list[str] = []
+        self.lower_bound = 0  # counted rows whose videos / audio are not counted
         knob = knob_for(scanner.family.name, scanner.model.settings)
         if isinstance(knob, Knob) and self.limit is None:
             knob = "the model states no context length: pass --max-length to get an image-size recommendation"
@@ -420,6 +424,7 @@ class StatsCollector:
         if row.seq_len is None:
             return
         self.seq_lens.append(row.seq_len)
+        self.lower_bound += bool(row.media)
         self.image_tokens.extend(t for t in row.image_tokens if t is not None)
         if self.knob is not None:
             self._search(outcome.complete().result)  # the search renders the row's messages again
@@ -511,6 +516,7 @@ class StatsCollector:
             max_length=length_recommendations(self.seq_lens),
             knob=knob_stats,
             knob_note=self.knob_note,
+            rows_lower_bound=self.lower_bound,
         )
 
 

@@ -26,7 +26,8 @@ AREAS = {
     ),
     "rows": (
         "Rows",
-        "Every field of every layout (llava, sharegpt, openai, alpaca, captions, pretokenized) given the "
+        "Every field of every layout (llava, sharegpt, sharegpt with videos and audios, openai, alpaca, captions, "
+        "pretokenized) given the "
         "wrong type, read and then scanned against a model.",
     ),
     "images": (

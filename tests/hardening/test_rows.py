@@ -45,6 +45,14 @@ TEMPLATES = {
             {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
         ]
     },
+    "sharegpt-media": {
+        "messages": [
+            {"role": "user", "content": "<video><audio>What is it?"},
+            {"role": "assistant", "content": "A cat."},
+        ],
+        "videos": ["v.mp4", ["a.jpg", "a.jpg"]],
+        "audios": ["a.wav"],
+    },
     "alpaca": {"instruction": "<image>What is it?", "input": "", "output": "A cat.", "images": ["a.jpg"]},
     "captions": {"image": "a.jpg", "text": "a cat"},
     "pretokenized": {"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "image_grid_thw": [[1, 2, 2]]},
@@ -186,8 +194,24 @@ CASES = [
         "openai",
         "a content part has an unknown type",
         ("messages", 0, "content", 1),
-        {"type": "video", "video": "a.mp4"},
+        {"type": "hologram", "hologram": "a.glb"},
     ),
+    (
+        "openai",
+        "an input_audio part whose data is not base64",
+        ("messages", 0, "content", 1),
+        {"type": "input_audio", "input_audio": {"data": "%%%", "format": "wav"}},
+    ),
+    (
+        "openai",
+        "a video part whose frame list is empty",
+        ("messages", 0, "content", 1),
+        {"type": "video", "video": []},
+    ),
+    ("sharegpt-media", "videos is a number", ("videos",), 3),
+    ("sharegpt-media", "a video is an empty frame list", ("videos", 0), []),
+    ("sharegpt-media", "an audio is a list", ("audios", 0), ["a.wav", "b.wav"]),
+    ("sharegpt-media", "a frame of a frame-list video is a number", ("videos", 1, 0), 7),
     (
         "openai",
         "an image_url whose url is a number",

@@ -3,7 +3,8 @@
 A layout is detected once per file from its first object (or forced with --layout) and every row of
 the file is parsed with it, so a row that does not fit its file's layout is reported, not guessed.
 The readers split the author's literal "<image>" placeholders into image parts here, so everything
-downstream sees explicit image parts in their place.
+downstream sees explicit image parts in their place; "<video>" and "<audio>" (LLaMA-Factory's and
+ms-swift's) become media parts, and the row's videos and audio clips MediaRefs (not counted yet).
 """
 
 from __future__ import annotations
@@ -11,12 +12,24 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from vlmlint.readers.fingerprint import row_fingerprint
-from vlmlint.sample import IMAGE_PLACEHOLDER, ImageRef, Message, Part, Role, RowProblem, Sample
+from vlmlint.sample import (
+    AUDIO_PLACEHOLDER,
+    IMAGE_PLACEHOLDER,
+    VIDEO_PLACEHOLDER,
+    ImageRef,
+    MediaRef,
+    Message,
+    Part,
+    Role,
+    RowProblem,
+    Sample,
+)
 
 LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions", "pretokenized")
 
@@ -45,7 +58,7 @@ def detect_layout(row: Mapping[str, Any]) -> str | None:
             isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns
         ):
             return "openai"
-        if "conversations" in row and "messages" not in row and "images" not in row:
+        if "conversations" in row and not any(k in row for k in ("messages", "images", "videos", "audios")):
             return "llava"
         return "sharegpt"
     if "instruction" in row and "output" in row:
@@ -140,8 +153,18 @@ def _role(raw: Any) -> Role:
     return role
 
 
+_PLACEHOLDERS = re.compile(
+    "|".join(re.escape(p) for p in (IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER, AUDIO_PLACEHOLDER))
+)
+
+
 def split_placeholders(text: str) -> tuple[Part, ...]:
-    """Split text on the author's "<image>" placeholder into text and image parts, in order."""
+    """Split text on the author's "<image>" placeholder into text and image parts, in order.
+
+    "<video>" and "<audio>" become media parts in their place (Part(media="video") / "audio").
+    """
+    if VIDEO_PLACEHOLDER in text or AUDIO_PLACEHOLDER in text:
+        return _split_media(text)
     pieces = text.split(IMAGE_PLACEHOLDER)
     parts: list[Part] = []
     for i, piece in enumerate(pieces):
@@ -150,6 +173,60 @@ def split_placeholders(text: str) -> tuple[Part, ...]:
         if piece:
             parts.append(Part(text=piece))
     return tuple(parts)
+
+
+def _split_media(text: str) -> tuple[Part, ...]:
+    parts: list[Part] = []
+    position = 0
+    for match in _PLACEHOLDERS.finditer(text):
+        if match.start() > position:
+            parts.append(Part(text=text[position : match.start()]))
+        token = match.group(0)
+        parts.append(Part(is_image=True) if token == IMAGE_PLACEHOLDER else Part(media=token[1:-1]))
+        position = match.end()
+    if position < len(text):
+        parts.append(Part(text=text[position:]))
+    return tuple(parts)
+
+
+def _media_ref(kind: str, value: Any, resolve: ImageResolver) -> MediaRef:
+    """One video or audio reference; a video may be a list of its frames' image references."""
+    if isinstance(value, (list, tuple)):
+        if kind != "video":
+            raise RowError(f"an {kind} must be one reference, got a list: {_short(value)}")
+        if not value:
+            raise RowError("a video given as a list of frames has no frames")
+        frames = tuple(resolve(frame) for frame in value)
+        return MediaRef(
+            kind,
+            reference=f"{frames[0].reference} ... ({len(frames)} frames)",
+            frames=frames,
+            outside_root=any(frame.outside_root for frame in frames),
+        )
+    try:
+        ref = resolve(value)
+    except RowError as exc:  # "image reference must be ..." -> "video reference must be ..."
+        message = str(exc)
+        raise RowError(kind + message[len("image") :] if message.startswith("image") else message) from None
+    return MediaRef(
+        kind, ref.reference, path=ref.path, data=ref.data, url=ref.url, outside_root=ref.outside_root
+    )
+
+
+def _media_list(row: Mapping[str, Any], key: str, kind: str, resolve: ImageResolver) -> tuple[MediaRef, ...]:
+    """`videos` / `audios` (LLaMA-Factory, ms-swift; a video may be a frame list), LLaVA's `video`."""
+    value = row.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, (str, Mapping)):
+        value = [value]  # one clip
+    if not isinstance(value, list):
+        raise RowError(f'"{key}" must be a string or a list of {kind}s, got {type(value).__name__}')
+    return tuple(_media_ref(kind, item, resolve) for item in value)
+
+
+def _row_media(row: Mapping[str, Any], resolve: ImageResolver) -> tuple[MediaRef, ...]:
+    return _media_list(row, "videos", "video", resolve) + _media_list(row, "audios", "audio", resolve)
 
 
 def _image_list(row: Mapping[str, Any], key: str, resolve: ImageResolver) -> tuple[ImageRef, ...]:
@@ -183,17 +260,29 @@ def _text_turns(turns: Any, role_key: str, text_key: str) -> tuple[Message, ...]
     return tuple(messages)
 
 
-def parse_llava(
-    row: Mapping[str, Any], resolve: ImageResolver
-) -> tuple[tuple[Message, ...], tuple[ImageRef, ...]]:
+Parsed = tuple[tuple[Message, ...], tuple[ImageRef, ...], tuple[MediaRef, ...]]
+
+
+def parse_llava(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     if "conversations" not in row:
         raise RowError('missing "conversations"')
-    return _text_turns(row["conversations"], "from", "value"), _image_list(row, "image", resolve)
+    messages = _text_turns(row["conversations"], "from", "value")
+    images = _image_list(row, "image", resolve)
+    videos = _media_list(row, "video", "video", resolve)  # LLaVA-Video, Qwen-VL's finetune format
+    if videos and not images and not _holds(messages, "video"):
+        # LLaVA-Video writes <image> where its video goes: those placeholders are the video's.
+        messages = tuple(
+            Message(m.role, tuple(Part(media="video") if p.is_image else p for p in m.parts))
+            for m in messages
+        )
+    return messages, images, videos
 
 
-def parse_sharegpt(
-    row: Mapping[str, Any], resolve: ImageResolver
-) -> tuple[tuple[Message, ...], tuple[ImageRef, ...]]:
+def _holds(messages: tuple[Message, ...], kind: str) -> bool:
+    return any(part.media == kind for message in messages for part in message.parts)
+
+
+def parse_sharegpt(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     key = "messages" if "messages" in row else "conversations"
     if key not in row:
         raise RowError('missing "messages" or "conversations"')
@@ -202,10 +291,36 @@ def parse_sharegpt(
         isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns
     ):
         return parse_openai(row, resolve)
-    return _text_turns(turns, "role", "content"), _image_list(row, "images", resolve)
+    return (
+        _text_turns(turns, "role", "content"),
+        _image_list(row, "images", resolve),
+        _row_media(row, resolve),
+    )
 
 
-def _typed_part(part: Any, position: str, resolve: ImageResolver) -> tuple[Part, ImageRef | None]:
+_MEDIA_PARTS = {  # part type -> (media kind, the keys its reference may sit under, in order)
+    "video": ("video", ("video", "url", "path", "video_url")),
+    "video_url": ("video", ("video_url", "url", "video")),
+    "audio": ("audio", ("audio", "url", "path", "audio_url")),
+    "audio_url": ("audio", ("audio_url", "url", "audio")),
+}
+
+
+def _input_audio(part: Mapping[str, Any], position: str) -> MediaRef:
+    """OpenAI's {"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"}}."""
+    audio = part.get("input_audio")
+    data = audio.get("data") if isinstance(audio, Mapping) else None
+    if not isinstance(data, str) or not data:
+        raise RowError(f'{position} "input_audio" must be an object with base64 "data"')
+    audio_format = audio.get("format")
+    label = f"<input_audio {audio_format}>" if isinstance(audio_format, str) else "<input_audio>"
+    try:
+        return MediaRef("audio", label, data=base64.b64decode(data, validate=True))
+    except (ValueError, binascii.Error) as exc:
+        raise RowError(f'{position} "input_audio" data is not valid base64: {exc}') from None
+
+
+def _typed_part(part: Any, position: str, resolve: ImageResolver) -> tuple[Part, ImageRef | MediaRef | None]:
     if isinstance(part, str):
         return Part(text=part), None
     if not isinstance(part, Mapping):
@@ -223,17 +338,26 @@ def _typed_part(part: Any, position: str, resolve: ImageResolver) -> tuple[Part,
         if value is None:
             return Part(is_image=True), None  # image given in the row's "images" list instead
         return Part(is_image=True), resolve(value)
+    if isinstance(kind, str) and kind in _MEDIA_PARTS:
+        media, keys = _MEDIA_PARTS[kind]
+        value = next((part[key] for key in keys if part.get(key) is not None), None)
+        if isinstance(value, Mapping) and "url" in value:
+            value = value["url"]
+        if value is None:
+            return Part(media=media), None  # given in the row's "videos" / "audios" list instead
+        return Part(media=media), _media_ref(media, value, resolve)
+    if kind == "input_audio":
+        return Part(media="audio"), _input_audio(part, position)
     raise RowError(f"{position} has unsupported type {_short(kind)}")
 
 
-def parse_openai(
-    row: Mapping[str, Any], resolve: ImageResolver
-) -> tuple[tuple[Message, ...], tuple[ImageRef, ...]]:
+def parse_openai(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     turns = row.get("messages", row.get("conversations"))
     if not isinstance(turns, list) or not turns:
         raise RowError('"messages" must be a non-empty list of turns')
     messages: list[Message] = []
     inline: list[ImageRef] = []
+    inline_media: list[MediaRef] = []
     for t, turn in enumerate(turns):
         if not isinstance(turn, Mapping) or "role" not in turn or "content" not in turn:
             raise RowError(f'turn {t} must be an object with "role" and "content"')
@@ -245,7 +369,9 @@ def parse_openai(
             for p, raw in enumerate(content):
                 part, ref = _typed_part(raw, f"turn {t} part {p}", resolve)
                 built.append(part)
-                if ref is not None:
+                if isinstance(ref, MediaRef):
+                    inline_media.append(ref)
+                elif ref is not None:
                     inline.append(ref)
             parts = tuple(built)
         else:
@@ -254,12 +380,16 @@ def parse_openai(
     listed = _image_list(row, "images", resolve)
     if inline and listed:
         raise RowError('images are given both inline in the parts and in "images"')
-    return tuple(messages), tuple(inline) or listed
+    media = _row_media(row, resolve)
+    for kind in ("video", "audio"):
+        if any(m.kind == kind for m in inline_media) and any(m.kind == kind for m in media):
+            raise RowError(f'{kind}s are given both inline in the parts and in "{kind}s"')
+    # In the row's order: videos, then audio clips (each kind is matched to its parts in order).
+    media = tuple(m for kind in ("video", "audio") for m in (*inline_media, *media) if m.kind == kind)
+    return tuple(messages), tuple(inline) or listed, media
 
 
-def parse_alpaca(
-    row: Mapping[str, Any], resolve: ImageResolver
-) -> tuple[tuple[Message, ...], tuple[ImageRef, ...]]:
+def parse_alpaca(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     fields = {k: row.get(k, "") for k in ("instruction", "input", "output", "system")}
     for key, value in fields.items():
         if value is None:
@@ -273,12 +403,10 @@ def parse_alpaca(
         messages.append(Message(Role.SYSTEM, split_placeholders(fields["system"])))
     messages.append(Message(Role.USER, split_placeholders(prompt)))
     messages.append(Message(Role.ASSISTANT, split_placeholders(fields["output"])))
-    return tuple(messages), _image_list(row, "images", resolve)
+    return tuple(messages), _image_list(row, "images", resolve), _row_media(row, resolve)
 
 
-def parse_captions(
-    row: Mapping[str, Any], resolve: ImageResolver
-) -> tuple[tuple[Message, ...], tuple[ImageRef, ...]]:
+def parse_captions(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     image = row.get("image", row.get("file_name"))
     text = row.get("text", row.get("caption"))
     if image is None:
@@ -287,7 +415,7 @@ def parse_captions(
         raise RowError(f'"text"/"caption" must be a string, got {type(text).__name__}')
     # A caption row is an image followed by its caption: the image takes the user turn's place.
     messages = (Message(Role.USER, (Part(is_image=True),)), Message(Role.ASSISTANT, (Part(text=text),)))
-    return messages, (resolve(image),)
+    return messages, (resolve(image),), ()
 
 
 # Pre-tokenized rows: the per-token fields, each as long as input_ids (VLM503).
@@ -367,9 +495,7 @@ def parse_pretokenized(row: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-PARSERS: dict[
-    str, Callable[[Mapping[str, Any], ImageResolver], tuple[tuple[Message, ...], tuple[ImageRef, ...]]]
-] = {
+PARSERS: dict[str, Callable[[Mapping[str, Any], ImageResolver], Parsed]] = {
     "llava": parse_llava,
     "sharegpt": parse_sharegpt,
     "openai": parse_openai,
@@ -465,10 +591,12 @@ def row_to_sample(
                 return Sample(**base, problems=(problem,))
             return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {exc}"),))
     try:
-        messages, images = PARSERS[chosen](row, resolve)
+        messages, images, media = PARSERS[chosen](row, resolve)
     except RowError as exc:
         if from_first_row and detect_layout(row) is None:
             problem = _unknown_layout(fields, f" (this file's rows are {chosen}: {exc})")
             return Sample(**base, problems=(problem,))
         return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {exc}"),))
-    return Sample(**base, layout=chosen, messages=messages, images=images, notes=_list_notes(row, chosen))
+    return Sample(
+        **base, layout=chosen, messages=messages, images=images, media=media, notes=_list_notes(row, chosen)
+    )

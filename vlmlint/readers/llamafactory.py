@@ -7,7 +7,7 @@ data/converter.py, the alpaca, sharegpt and openai converters; data/loader.py, _
   parquet and arrow files are read (LLaMA-Factory also reads csv and txt: refused here);
 - `formatting` alpaca (default), sharegpt or openai, with `columns` and `tags` as DatasetAttr maps
   them (sharegpt defaults: conversations, from/value, human/gpt/observation/function_call/system);
-- images are resolved against the media folder (`--image-root`, LLaMA-Factory's media_dir), which
+- images, videos and audios (the `videos` / `audios` columns) are resolved against the media folder (`--image-root`, LLaMA-Factory's media_dir), which
   defaults to the data folder itself (data_args.py: media_dir = dataset_dir), not the file's folder.
 
 Each row is converted to a conversation the layouts module parses (sharegpt with role/content): the
@@ -34,7 +34,18 @@ from vlmlint.sample import Sample
 
 DATA_CONFIG = "dataset_info.json"
 READERS = {"json": read_json, "jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow}
-_COLUMNS = ("prompt", "query", "response", "history", "messages", "system", "tools", "images")
+_COLUMNS = (
+    "prompt",
+    "query",
+    "response",
+    "history",
+    "messages",
+    "system",
+    "tools",
+    "images",
+    "videos",
+    "audios",
+)
 _TAGS = (
     "role_tag",
     "content_tag",
@@ -56,6 +67,8 @@ class DatasetAttr:
     system: str | None = None
     tools: str | None = None
     images: str | None = None
+    videos: str | None = None
+    audios: str | None = None
     prompt: str | None = "instruction"
     query: str | None = "input"
     response: str | None = "output"
@@ -231,9 +244,10 @@ def converter(attr: DatasetAttr) -> Callable[[Mapping[str, Any]], dict[str, Any]
         converted: dict[str, Any] = {
             "messages": ([{"role": "system", "content": system}] if system else []) + turns
         }
-        images = _column(row, attr.images)
-        if images is not None and images != []:
-            converted["images"] = images
+        for key in ("images", "videos", "audios"):
+            media = _column(row, getattr(attr, key))
+            if media is not None and media != []:
+                converted[key] = media
         return converted
 
     return alpaca if attr.formatting == "alpaca" else sharegpt

@@ -358,6 +358,11 @@ def render(report) -> str:
             "--model &lt;hub id or folder&gt;</p>"
         )
 
+    if summary.media_rows:
+        from vlmlint.report.text import media_line
+
+        out.append(f'<p class="note">{_e(media_line(summary))}</p>')
+
     # Summary: headline numbers, then by severity, by code and the percentiles.
     out.append('<h2 id="summary">Summary</h2><div class="cards">')
     for label, value in (

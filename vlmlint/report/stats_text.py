@@ -104,6 +104,15 @@ def render_stats(stats: DatasetStats, console: Console, *, model_name: str) -> N
             "mismatch...): 'vlmlint scan' says why",
             highlight=False,
         )
+    if stats.rows_lower_bound:
+        console.print(
+            Text(
+                f"{stats.rows_lower_bound} counted row(s) hold video or audio, which vlmlint does not count yet "
+                "(VLM109): their lengths are lower bounds, and so are the settings below that keep them",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
     console.print(_bars("Sequence length per row", stats.seq_len))
     console.print(_bars("Image tokens per image", stats.image_tokens))
     console.print(_percentiles(stats))

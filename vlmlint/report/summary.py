@@ -41,6 +41,10 @@ class Summary:
     # Rows with findings, in dataset order: the first `keep_rows` in memory (the text table and the HTML
     # report show them); the findings of later rows go to a spill file, so memory stays flat.
     flagged: list[RowOutcome] = field(default_factory=list)
+    # Rows naming videos or audio clips, which vlmlint does not count yet (their lengths are lower bounds).
+    media_rows: int = 0
+    videos: int = 0
+    audios: int = 0
     verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
     verify_disagreements: int = 0
     keep_rows: int = KEEP_FLAGGED_ROWS
@@ -56,6 +60,11 @@ class Summary:
         if result.seq_len is not None:
             self.seq_lens.append(result.seq_len)
         self.image_tokens.extend(t for t in result.image_tokens if t is not None)
+        if result.media:
+            self.media_rows += 1
+            videos = sum(info.kind == "video" for info in result.media)
+            self.videos += videos
+            self.audios += len(result.media) - videos
         if outcome.findings:
             self.samples_with_findings += 1
             if len(self.flagged) < self.keep_rows:
@@ -129,4 +138,6 @@ class Summary:
             "seq_len": percentiles(self.seq_lens),
             "image_tokens_per_image": percentiles(self.image_tokens),
             "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements},
+            # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
+            "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
         }

@@ -20,6 +20,19 @@ def _counts(outcome) -> str:
     return f"seq {result.seq_len} (img {images})"
 
 
+def media_line(summary: Summary) -> str:
+    """The summary's line for rows whose videos or audio clips are not counted (VLM109)."""
+    named = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((summary.videos, "video"), (summary.audios, "audio clip"))
+        if n
+    ]
+    return (
+        f"media not counted: {summary.media_rows} row(s) hold {' and '.join(named)}, which vlmlint does not "
+        "count yet: their sequence lengths (and the percentiles above) are lower bounds"
+    )
+
+
 def render_text(
     summary: Summary,
     console: Console,
@@ -70,6 +83,8 @@ def render_text(
         )
     console.print(stats)
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if summary.media_rows:
+        console.print(media_line(summary), style="yellow", soft_wrap=True)
     if incomplete:
         console.print(
             Text(

@@ -24,6 +24,7 @@ from vlmlint.rules.lengths import (
     TruncationCutsImage,
     VisionPositionOverflow,
 )
+from vlmlint.rules.media import MediaNotCounted
 from vlmlint.rules.placeholders import (
     ForeignPlaceholder,
     PlaceholderCountMismatch,
@@ -58,6 +59,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ImageFieldNotList,
     DuplicateId,
     ProcessorRejectsRow,
+    MediaNotCounted,
     UnreadableImage,
     DecompressionBomb,
     ExtremeAspectRatio,

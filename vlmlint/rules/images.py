@@ -52,7 +52,10 @@ class UnreadableImage(Rule):
     pass; `--exact` decodes every image and also catches corruption inside the data.
 
     **Example** `photo.jpg` holding an HTML error page from a failed download, an empty (0-byte)
-    file, a folder named `img.png`, or a JPEG cut off half way (no end-of-image marker).
+    file, a folder named `img.png`, or a JPEG cut off half way (no end-of-image marker). Videos and
+    audio clips are checked without decoding (their first 512 bytes): an empty file, not a regular
+    file, or text where a container should be (`clip.mp4` holding an HTML page); a frame-list video
+    has each frame checked as an image.
 
     **Fix** Re-download or re-encode the file, or remove the row.
     """
@@ -69,6 +72,12 @@ class UnreadableImage(Rule):
                     f"image {position}: {info.error}",
                     f"re-encode or re-download {info.reference}, or drop the row",
                 )
+        from vlmlint.rules.rows import numbered_media
+
+        for label, info in numbered_media(row, "unreadable"):
+            yield self.finding(
+                row, f"{label}: {info.error}", f"re-encode or re-download {info.reference}, or drop the row"
+            )
 
 
 class DecompressionBomb(Rule):

@@ -106,10 +106,28 @@ def max_pixels_hint(row: RowResult, context: RuleContext, cap: int) -> str | Non
     return hint
 
 
+def _lower_bound(row: RowResult) -> str:
+    """What a message adds for a row whose videos or audio clips are not counted (VLM109), else ""."""
+    if not row.media:
+        return ""
+    from vlmlint.rules.media import uncounted
+
+    return f"; a lower bound: the row's {uncounted(row)} {'is' if len(row.media) == 1 else 'are'} not counted"
+
+
+def _at_least(row: RowResult) -> str:
+    return "at least " if row.media else ""
+
+
 def _fit_hint(row: RowResult, context: RuleContext, limit: int) -> tuple[str | None, bool]:
-    """(a max_pixels hint that makes the row fit `limit`, whether any image setting can make it fit)."""
+    """(a max_pixels hint that makes the row fit `limit`, whether any image setting can make it fit).
+
+    None and True for a row whose videos or audio are not counted: no image setting can be said to fit it.
+    """
     if row.text_tokens is None:
         return None, False
+    if row.media:
+        return None, True
     tokens = [t or 0 for t in row.image_tokens]
     cap = largest_cap(tokens, limit - row.text_tokens)
     return max_pixels_hint(row, context, cap), cap >= 1
@@ -152,7 +170,7 @@ class SequenceTooLong(Rule):
         if limit == context.max_position_embeddings:
             return  # the model's context: VLM404 reports it
         model = context.max_position_embeddings
-        raise_to = f"raise --max-length to {row.seq_len}"
+        raise_to = f"raise --max-length to {_at_least(row)}{row.seq_len}"
         if model is not None and row.seq_len > model:
             raise_to += f" (above the model's {model}-token context: see VLM404)"
         if not context.image_placeholder:  # a plain encoder: the text goes to its own text tower
@@ -171,7 +189,8 @@ class SequenceTooLong(Rule):
         yield self.finding(
             row,
             f"sequence length {row.seq_len} > max length {limit} "
-            f"({row.text_tokens} text tokens + {_image_total(row)} image tokens in {len(row.images)} image(s))",
+            f"({row.text_tokens} text tokens + {_image_total(row)} image tokens in {len(row.images)} image(s)"
+            f"{_lower_bound(row)})",
             ", ".join(options[:-1]) + f", or {options[-1]}",
         )
 
@@ -226,7 +245,7 @@ class TruncationCutsImage(Rule):
             verb = "lies" if len(dropped) == 1 else "lie"
             parts.append(f"{', '.join(dropped)} {verb} wholly {where} the cut (all its image tokens dropped)")
         options = [
-            f"raise --max-length to {row.seq_len}",
+            f"raise --max-length to {_at_least(row)}{row.seq_len}",
             f"drop rows longer than {limit} instead of truncating",
         ]
         hint, _ = _fit_hint(row, context, limit)
@@ -236,7 +255,8 @@ class TruncationCutsImage(Rule):
             row,
             f"sequence length {row.seq_len} > max length {limit}: {side}; "
             + "; ".join(parts)
-            + ' ("Image features and image tokens do not match")',
+            + ' ("Image features and image tokens do not match")'
+            + (f" (positions{_lower_bound(row).removeprefix(';')})" if row.media else ""),
             ", ".join(options[:-1]) + f", or {options[-1]}",
         )
 
@@ -319,7 +339,8 @@ class ExceedsModelContext(Rule):
             return
         message = (
             f"sequence length {row.seq_len} > the model's context {limit} (max_position_embeddings; "
-            f"{row.text_tokens} text tokens + {_image_total(row)} image tokens in {len(row.images)} image(s))"
+            f"{row.text_tokens} text tokens + {_image_total(row)} image tokens in {len(row.images)} image(s)"
+            f"{_lower_bound(row)})"
         )
         if position is not None:
             if position >= limit:
@@ -339,7 +360,7 @@ class ExceedsModelContext(Rule):
             )
         else:
             over = row.seq_len - limit
-            fix = f"shorten the row by {over} tokens or split the conversation"
+            fix = f"shorten the row by {_at_least(row)}{over} tokens or split the conversation"
         yield self.finding(row, message, fix)
 
 
@@ -396,7 +417,8 @@ class NearLimit(Rule):
         yield self.finding(
             row,
             f"sequence length {row.seq_len} is {row.seq_len / limit:.0%} of {label} {limit} "
-            f"(above the {share:.0%} warning share)",
+            f"(above the {share:.0%} warning share)"
+            + (f"{_lower_bound(row)}, so it may not fit at all" if row.media else ""),
             (", ".join(options[:-1]) + ", or " if len(options) > 1 else "") + options[-1],
         )
 

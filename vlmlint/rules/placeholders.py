@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import IMAGE_PLACEHOLDER, Message, Role, RowResult, Sample
+from vlmlint.sample import IMAGE_PLACEHOLDER, MEDIA_PLACEHOLDERS, Message, Role, RowResult, Sample
 
 
 def _ordinal(n: int) -> str:
@@ -15,16 +15,21 @@ def _ordinal(n: int) -> str:
 
 
 class PlaceholderCountMismatch(Rule):
-    """The row's image placeholders are not as many as its images.
+    """The row's image placeholders are not as many as its images (or its `<video>` / `<audio>` as its clips).
 
     **Why** The processor raises "The number of images does not match the number of <image>
     tokens" (or the model raises "Image features and image tokens do not match"); trainers that
-    catch it drop the row.
+    catch it drop the row. LLaMA-Factory and ms-swift do the same for videos and audio: "The
+    number of videos does not match the number of <video> tokens". Typed `video` / `audio` parts
+    count as placeholders; a LLaVA-Video row (`video`, no `image`) may write `<image>` for its video.
 
     **Example** `{"image": ["a.jpg", "b.jpg"], "conversations": [{"from": "human", "value":
-    "<image>\\nCompare them."}, ...]}`: two images, one `<image>`.
+    "<image>\\nCompare them."}, ...]}`: two images, one `<image>`. Or `{"messages": [{"role":
+    "user", "content": "<video><video>Why is it funny?"}, ...], "videos": ["1.mp4"]}`: two
+    `<video>` for one video.
 
-    **Fix** Write one `<image>` per image, in order, or remove the extra images.
+    **Fix** Write one `<image>` per image, in order, or remove the extra images (the same with
+    `<video>` per video and `<audio>` per audio clip).
     """
 
     code = "VLM301"
@@ -35,6 +40,7 @@ class PlaceholderCountMismatch(Rule):
         images = len(row.sample.images)
         if row.sample.problems:
             return
+        yield from self._media(row)
         if row.placeholders != images:
             if row.placeholders > images:
                 fix = f"remove the {_ordinal(images + 1)} <image> placeholder" + (
@@ -53,6 +59,35 @@ class PlaceholderCountMismatch(Rule):
                 row,
                 row.count_error.removeprefix("placeholder:").strip(),
                 f"remove literal {context.image_placeholder} tokens from the text; write <image> once per image",
+            )
+
+    def _media(self, row: RowResult) -> Iterator[Finding]:
+        """<video> / <audio> placeholders (and typed parts) against the row's videos and audio clips."""
+        sample = row.sample
+        written: dict[str, int] = {}
+        for message in sample.messages:
+            for part in message.parts:
+                if part.media:
+                    written[part.media] = written.get(part.media, 0) + 1
+        if not written and not sample.media:
+            return
+        for kind, token in MEDIA_PLACEHOLDERS.items():
+            clips = sum(ref.kind == kind for ref in sample.media)
+            placed = written.get(kind, 0)
+            if placed == clips:
+                continue
+            if placed > clips:
+                extra = placed - clips
+                fix = f"remove the {_ordinal(clips + 1)} {token} placeholder" + (
+                    " onwards" if extra > 1 else ""
+                )
+                fix += f" or add the missing {kind}" + ("s" if extra > 1 else "")
+            else:
+                fix = f"add {clips - placed} more {token} placeholder(s) where the {kind}s belong"
+            yield self.finding(
+                row,
+                f"{placed} {kind} placeholder(s) {token} in the text but {clips} {kind}(s) in the row",
+                fix,
             )
 
 

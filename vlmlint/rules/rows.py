@@ -7,7 +7,17 @@ from collections.abc import Iterator
 from hashlib import blake2b
 
 from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import RowResult
+from vlmlint.sample import MediaInfo, RowResult
+
+
+def numbered_media(row: RowResult, error_code: str | None = None) -> Iterator[tuple[str, MediaInfo]]:
+    """("video 2", info) for each of the row's videos and audio clips (numbered per kind), optionally
+    only those with `error_code`."""
+    seen: dict[str, int] = {}
+    for info in row.media:
+        seen[info.kind] = seen.get(info.kind, 0) + 1
+        if error_code is None or info.error_code == error_code:
+            yield f"{info.kind} {seen[info.kind]}", info
 
 
 class MalformedRow(Rule):
@@ -73,13 +83,15 @@ class UnknownLayout(Rule):
 
 
 class MissingImage(Rule):
-    """An image the row refers to does not exist.
+    """An image (or a video or audio clip) the row refers to does not exist.
 
     **Why** The data loader raises FileNotFoundError when it reaches the row, hours into a run, or
     a lenient loader skips the row and its text trains without the image it talks about.
 
     **Example** `{"image": "coco/000123.jpg", ...}` where coco/000123.jpg is not under the dataset
-    folder (or under --image-root).
+    folder (or under --image-root). Videos and audio clips (`videos`, `audios`, `video`, typed
+    `video` / `audio` parts) and each frame of a video given as a frame list are checked the same
+    way: `{"videos": ["clips/1.mp4"], ...}` without clips/1.mp4 is "video 1 not found".
 
     **Fix** Restore the file, correct the path, pass --image-root if paths are relative to another
     folder, or remove the row.
@@ -97,6 +109,12 @@ class MissingImage(Rule):
                     f"image {position} not found: {info.reference}",
                     "restore the file, fix the path, or pass --image-root",
                 )
+        for label, info in numbered_media(row, "missing"):
+            yield self.finding(
+                row,
+                f"{label} not found: {info.error}" if info.frames else f"{label} not found: {info.reference}",
+                "restore the file, fix the path, or pass --image-root",
+            )
 
 
 class ImageOutsideRoot(Rule):
@@ -110,7 +128,8 @@ class ImageOutsideRoot(Rule):
     `images/cat.jpg` being a symlink to `/mnt/photos/cat.jpg`. The folder is the manifest's, or
     --image-root when given. A symlink that stays inside the folder is fine. The same holds for the
     files of a scanned folder: a manifest, metadata file or sidecar caption that is a symlink out of
-    it is reported here and not read.
+    it is reported here and not read. Videos, audio clips and the frames of a frame-list video follow
+    the same rule.
 
     **Fix** Copy the image into the dataset folder and reference it by a relative path, pass
     --image-root with a folder that contains every image, or pass --allow-outside-root to read it.
@@ -136,6 +155,13 @@ class ImageOutsideRoot(Rule):
                     "copy the image into the dataset folder, pass --image-root with a folder that "
                     "holds it, or pass --allow-outside-root",
                 )
+        for label, info in numbered_media(row, "outside"):
+            yield self.finding(
+                row,
+                f"{label} ({info.reference}) is not read: {info.error}",
+                f"copy the {info.kind} into the dataset folder, pass --image-root with a folder that "
+                "holds it, or pass --allow-outside-root",
+            )
 
 
 class RemoteImage(Rule):
@@ -144,7 +170,9 @@ class RemoteImage(Rule):
     **Why** Training-time fetches fail, time out or return different bytes than the ones the data
     was checked with; and without the image the row's token count cannot be known.
 
-    **Example** `{"image": "https://example.com/cat.jpg", ...}`
+    **Example** `{"image": "https://example.com/cat.jpg", ...}`. A video or audio URL
+    (`{"type": "video_url", "video_url": {"url": "https://..."}}`) is reported too; it is never
+    fetched, since vlmlint does not count video or audio yet (VLM109).
 
     **Fix** Download the images next to the manifest and point the rows at the local files, or pass
     --allow-remote to fetch them for the scan.
@@ -162,6 +190,14 @@ class RemoteImage(Rule):
                     f"image {position} is a URL, not fetched unless --allow-remote: {info.reference}",
                     "download the image and reference the local file, or pass --allow-remote",
                 )
+        for label, info in numbered_media(row, "remote"):
+            if info.frames:  # a frame of a frame-list video: an image URL (fetched with --allow-remote)
+                message = f"{label}: {info.error}"
+                fix = "download the frames and reference the local files, or pass --allow-remote"
+            else:
+                message = f"{label} is a URL, not fetched: {info.reference}"
+                fix = f"download the {info.kind} and reference the local file"
+            yield self.finding(row, message, fix)
 
 
 class ImageFieldNotList(Rule):

@@ -1,0 +1,118 @@
+"""Videos and audio clips: whether each can be read at all, from its first bytes (no frame is decoded).
+
+vlmlint does not count video or audio tokens yet (every row naming one gets VLM109 and its lengths
+are lower bounds), but the checks media share with images apply: a missing file (VLM103), one outside
+the dataset folder (VLM104), a URL (VLM105, never fetched) and a file no reader can open (VLM201):
+not a regular file, empty, or text where a container should be (an HTML error page saved as
+`clip.mp4` by a failed download). The check reads at most 512 bytes of the file. A video given as
+a list of frames is checked frame by frame as images are (their headers, through `image_header`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+from vlmlint.sample import ImageInfo, ImageRef, MediaInfo, MediaRef
+
+_SNIFF_BYTES = 512
+_FILE_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
+# Containers whose leading bytes are printable text: not to be mistaken for a saved text page.
+_TEXT_LIKE_MEDIA = (
+    b"#EXTM3U",
+    b"#!AMR",
+    b"RIFF",
+    b"OggS",
+    b"fLaC",
+    b"ID3",
+    b"FORM",
+    b"FLV",
+    b".snd",
+    b"MThd",
+)
+
+
+def media_info(
+    ref: MediaRef, *, allow_outside_root: bool, image_header: Callable[[ImageRef], ImageInfo]
+) -> MediaInfo:
+    """Whether the clip can be read; `image_header` checks each frame of a frame-list video."""
+    kind = ref.kind
+    if ref.frames:
+        for position, frame in enumerate(ref.frames, start=1):
+            header = image_header(frame)
+            if header.error_code is not None:
+                return MediaInfo(
+                    kind,
+                    ref.reference,
+                    error_code=header.error_code,
+                    error=f"frame {position} of {len(ref.frames)} ({frame.reference}): {header.error}",
+                    frames=len(ref.frames),
+                )
+        return MediaInfo(kind, ref.reference, frames=len(ref.frames))
+    if ref.outside_root and not allow_outside_root and ref.path is not None:
+        real = os.path.realpath(ref.path)
+        where = ref.path if real == ref.path else f"{ref.path} -> {real}"
+        return MediaInfo(kind, ref.reference, "outside", f"{where} is outside the dataset folder")
+    if ref.url is not None:
+        return MediaInfo(kind, ref.reference, "remote", f"{ref.url} is a URL; vlmlint does not fetch {kind}")
+    problem = _problem(ref)
+    if problem is not None:
+        return MediaInfo(kind, ref.reference, *problem)
+    return MediaInfo(kind, ref.reference)
+
+
+def _problem(ref: MediaRef) -> tuple[str, str] | None:
+    """(error code, message) for a clip that cannot be read, else None."""
+    if ref.data is not None:
+        start = ref.data[:_SNIFF_BYTES]
+    else:
+        assert ref.path is not None
+        try:
+            mode = os.stat(ref.path).st_mode
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
+                return "missing", f"{ref.kind} file not found: {ref.reference}"
+            return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
+        if not stat.S_ISREG(mode):  # a FIFO would block the scan, a device never ends
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+            return "unreadable", f"not a regular file: {ref.reference} (a {kind})"
+        try:
+            with open(ref.path, "rb") as handle:
+                start = handle.read(_SNIFF_BYTES)
+        except OSError as exc:
+            return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
+    if not start:
+        return "unreadable", f"empty file (0 bytes): {ref.reference}"
+    if _is_text(start):
+        return (
+            "unreadable",
+            f"{ref.reference} holds text, not a {ref.kind} ({_preview(start)}...): an error page saved by a "
+            "failed download?",
+        )
+    return None
+
+
+def _is_text(start: bytes) -> bool:
+    """Whether the leading bytes are plain text (UTF-8, no control bytes) and no known text-led container."""
+    if start.startswith(_TEXT_LIKE_MEDIA):
+        return False
+    try:
+        text = start.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(start) - 3:  # not just a character cut at the end of the sample
+            return False
+        text = start[: exc.start].decode("utf-8")
+    return all(ch.isprintable() or ch in "\t\r\n\f" for ch in text)
+
+
+def _preview(start: bytes) -> str:
+    text = start.decode("utf-8", "replace").strip()
+    return repr(" ".join(text.split())[:24])
