@@ -292,7 +292,8 @@ def scan(
     stdout = _OutputFile(output) if output else sys.stdout
     summary = Summary()
     unreadable: list[str] = []  # datasets of a multi-dataset scan that could not be opened
-    verifier = Verifier(0 if exact else verify)  # --exact already is the real image processor
+    # --exact already is the real image processor, and so is the fallback for every row
+    verifier = Verifier(0 if exact or not scanner.family.header_formula else verify)
     show_progress = not quiet and sys.stderr.isatty()
     interrupted: str | None = None  # SIGINT or SIGTERM: the report is partial, marked incomplete
     checkpoint, start = _open_checkpoint(resume, datasets, config, scanner, summary)
@@ -369,7 +370,7 @@ def scan(
     if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
         settings["datasets"] = list(datasets)
         settings["unreadable"] = unreadable
-    full_report = build_report(summary, scanner.model.describe(), settings)
+    full_report = build_report(summary, scanner.model.describe(timing=True), settings)
     if interrupted:
         full_report["incomplete"] = {
             "reason": f"interrupted by {interrupted}",
@@ -401,6 +402,7 @@ def scan(
             max_rows=table_rows,
             text_tokens_estimated=scanner.model.text_tokens_estimated,
             incomplete=full_report.get("incomplete"),
+            counted_by=scanner.model.counted_by(timing=True),
         )
     elif output_format.value != "jsonl":
         from vlmlint.report.formats import ReportInput, render
@@ -410,6 +412,7 @@ def scan(
             summary=summary,
             model_name=config.model,
             text_tokens_estimated=scanner.model.text_tokens_estimated,
+            counted_by=scanner.model.counted_by(timing=True),
         )
         try:
             if output_format.value == "json":  # streamed: findings may not fit in memory at once

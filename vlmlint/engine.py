@@ -39,6 +39,8 @@ from vlmlint.sample import (
 )
 
 _IMAGE_CACHE_SIZE = 65536
+# The fallback decodes each image once per scan: decoded RGB images kept up to this many pixels.
+_DECODED_CACHE_PIXELS = 64_000_000
 # Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
 FOREIGN_IMAGE_TOKENS = frozenset(
     {
@@ -78,6 +80,9 @@ class _Prepared:
     extra_tokens: int = 0
     count_error: str | None = None
     counts: list[ImageCount] = field(default_factory=list)
+    # The real-processor fallback's whole-row count: the length of its input_ids, and image spans.
+    fixed_length: int | None = None
+    fixed_spans: tuple[tuple[int, int], ...] | None = None
     media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, not counted
 
 
@@ -249,9 +254,11 @@ class Scanner:
         self.pipeline.bind(self.model)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
         self._fast_lengths: Any = False  # _fast_lengths(...) on first use: a batch length counter or None
-        # A family without a header formula (the generic fallback) always counts on decoded pixels.
+        # A family without a header formula (the real-processor fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
+        self._decoded_cache: OrderedDict[str, Any] = OrderedDict()  # path -> decoded image (fallback)
+        self._decoded_pixels = 0
         self._source_ignores: dict[str, tuple[str, ...]] = {}  # source -> per-source-ignores codes
         resize = self.pipeline.resize
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
@@ -312,28 +319,54 @@ class Scanner:
         allowed = self.config.allow_outside_root
         return media_info(ref, allow_outside_root=allowed, image_header=self.image_header)
 
+    def _decoded(
+        self, sample: Sample, headers: tuple[ImageInfo, ...]
+    ) -> tuple[tuple[ImageInfo, ...], list[Any] | None]:
+        """The row's images decoded as transformers' load_image does, at the trainer's size (--pipeline).
+
+        An image above the pixel limit is not decoded; one a full decode finds broken is marked so.
+        """
+        decoded = []
+        for position, ref in enumerate(sample.images):
+            info = headers[position]
+            if info.width * info.height > self.config.thresholds["bomb_pixels"]:
+                refused = replace(info, error_code="bomb", error="not decoded: above the pixel limit")
+                return headers[:position] + (refused,) + headers[position + 1 :], None
+            try:
+                decoded.append(self._decode(ref))
+            except ImageProblem as problem:  # a full decode finds what the header could not
+                failed = replace(headers[position], error_code=problem.kind, error=problem.message)
+                return headers[:position] + (failed,) + headers[position + 1 :], None
+        resized = [self._trainer_resized(image, info) for image, info in zip(decoded, headers, strict=True)]
+        return headers, resized
+
+    def _decode(self, ref: ImageRef) -> Any:
+        """One image decoded; with the fallback each file once per scan (a bounded cache by pixels)."""
+        if ref.url is not None and self.config.allow_remote:
+            ref = replace(ref, data=self._fetch(ref.url), url=None)
+        if self.family.count_row is None or ref.path is None:
+            return decode_image(ref)
+        image = self._decoded_cache.get(ref.path)
+        if image is not None:
+            self._decoded_cache.move_to_end(ref.path)
+            return image
+        image = decode_image(ref)
+        self._decoded_cache[ref.path] = image
+        self._decoded_pixels += image.width * image.height
+        while self._decoded_pixels > _DECODED_CACHE_PIXELS and len(self._decoded_cache) > 1:
+            _, dropped = self._decoded_cache.popitem(last=False)
+            self._decoded_pixels -= dropped.width * dropped.height
+        return image
+
     def _with_counts(
         self, sample: Sample, headers: tuple[ImageInfo, ...]
     ) -> tuple[tuple[ImageInfo, ...], list[ImageCount] | None]:
         """Each image's count: the family's formula on header sizes, or the real image processor."""
         try:
             if self.exact:
-                decoded = []
-                for position, ref in enumerate(sample.images):
-                    info = headers[position]
-                    if info.width * info.height > self.config.thresholds["bomb_pixels"]:
-                        refused = replace(info, error_code="bomb", error="not decoded: above the pixel limit")
-                        return headers[:position] + (refused,) + headers[position + 1 :], None
-                    try:
-                        if ref.url is not None and self.config.allow_remote:
-                            ref = replace(ref, data=self._fetch(ref.url), url=None)
-                        decoded.append(decode_image(ref))
-                    except ImageProblem as problem:  # a full decode finds what the header could not
-                        failed = replace(headers[position], error_code=problem.kind, error=problem.message)
-                        return headers[:position] + (failed,) + headers[position + 1 :], None
-                decoded = [
-                    self._trainer_resized(image, info) for image, info in zip(decoded, headers, strict=True)
-                ]
+                headers, decoded = self._decoded(sample, headers)
+                if decoded is None:
+                    return headers, None
                 counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
             else:
                 counts = [self._count(*self._trainer_size(info), len(headers)) for info in headers]
@@ -351,6 +384,21 @@ class Scanner:
             for info, count in zip(headers, counts, strict=True)
         )
         return infos, list(counts)
+
+    def _count_row(self, prepared: _Prepared, rendered: str, decoded: list[Any]) -> None:
+        """The fallback: the real processor's __call__ on the whole row gives its length and image tokens."""
+        sample = prepared.sample
+        keys = [ref.path or ref.reference for ref in sample.images]
+        try:
+            counted = self.family.count_row(rendered, decoded, keys, self.family.placeholder, self.model.settings)
+        except CountError as exc:
+            prepared.count_error = f"processor: {exc}"
+            return
+        prepared.fixed_length = counted.seq_len
+        prepared.fixed_spans = counted.image_spans
+        prepared.images = tuple(
+            evolve(info, tokens=tokens) for info, tokens in zip(prepared.images, counted.image_tokens, strict=True)
+        )
 
     def _trainer_size(self, info: ImageInfo) -> tuple[int, int]:
         """(height, width) as the trainer opens the image: unrotated when it ignores EXIF (--pipeline)."""
@@ -430,9 +478,12 @@ class Scanner:
         images = tuple(self.image_header(ref) for ref in sample.images)
         media = tuple(self.media_info(ref) for ref in sample.media) if sample.media else ()
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
-        counts = None
+        counts = decoded = None
         if images and not any(info.error_code for info in images):
-            images, counts = self._with_counts(sample, images)
+            if self.family.count_row is not None:  # the fallback counts the whole row at once, below
+                images, decoded = self._decoded(sample, images)
+            else:
+                images, counts = self._with_counts(sample, images)
         prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
@@ -456,6 +507,9 @@ class Scanner:
                 f"placeholder: the rendered text holds {written} {self.family.placeholder} token(s) "
                 f"for {len(images)} image(s)"
             )
+            return prepared
+        if self.family.count_row is not None:
+            self._count_row(prepared, rendered, decoded or [])
             return prepared
         try:
             prepared.text, prepared.extra_tokens = self.compose(rendered, prepared.counts)
@@ -550,12 +604,16 @@ class Scanner:
         if length is not None:
             seq_len = length + prepared.extra_tokens
             text_tokens = seq_len
-            if self.family.placeholder:  # a plain encoder's image tokens are not in the text sequence
+            if any(info.tokens is None for info in prepared.images):
+                text_tokens = None  # the fallback could not share the image tokens out between images
+            elif self.family.placeholder:  # a plain encoder's image tokens are not in the text sequence
                 text_tokens -= sum(info.tokens or 0 for info in prepared.images)
         spans = max_position = None
         if seq_len is not None:
             limit = self.context.max_length
-            if limit is not None and seq_len > limit and prepared.counts and self.family.placeholder:
+            if prepared.fixed_length is not None:
+                spans = prepared.fixed_spans if limit is not None and seq_len > limit else None
+            elif limit is not None and seq_len > limit and prepared.counts and self.family.placeholder:
                 spans = self.image_spans(prepared)
             if self.family.position_span is not None:
                 settings = self.model.settings
@@ -619,7 +677,11 @@ class Scanner:
     def _finish(self, prepared: list[_Prepared], lengths: Future) -> Iterator[RowOutcome]:
         counted = iter(lengths.result())
         for item in prepared:
-            result = self._result(item, next(counted) if item.text is not None else None)
+            if item.fixed_length is not None:  # counted whole by the real processor (the fallback)
+                length = item.fixed_length
+            else:
+                length = next(counted) if item.text is not None else None
+            result = self._result(item, length)
             yield RowOutcome(result, self.check(result))
 
     def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
@@ -656,7 +718,9 @@ class Scanner:
         from vlmlint.models.qwen_lengths import QwenLengths
         from vlmlint.runner import default_jobs
 
-        return default_jobs(cheap_tokenizer=isinstance(self.length_counter(), QwenLengths))
+        # The fallback's work (decoding, the processor's Python and numpy) fills a core per process.
+        cheap = self.family.count_row is not None or isinstance(self.length_counter(), QwenLengths)
+        return default_jobs(cheap_tokenizer=cheap)
 
     def length_counter(self) -> Any:
         """The batch length counter (_fast_lengths), chosen once; None: tokenizer(...) itself."""

@@ -53,11 +53,26 @@ class Model:
     checkpoint: str | None = None  # a profile's source hub checkpoint
     text_tokens_estimated: str | None = None  # how text tokens are estimated; None when exact
 
-    def describe(self) -> dict[str, Any]:
-        settings = dataclasses.asdict(self.settings) if dataclasses.is_dataclass(self.settings) else {}
+    def counted_by(self, timing: bool = False) -> str:
+        """How this model's counts are made: its family's formula, or the real processor per row.
+
+        `timing`: with the fallback's measured cost per row so far (after a scan).
+        """
+        if self.family.count_row is None:
+            return f"formula (family {self.family.name})"
+        ms = getattr(self.settings, "ms_per_row", None) if timing else None
+        return "real processor (fallback" + (f": {ms:.1f} ms/row)" if ms is not None else ")")
+
+    def describe(self, timing: bool = False) -> dict[str, Any]:
+        settings = (
+            dataclasses.asdict(self.settings)
+            if dataclasses.is_dataclass(self.settings) and self.family.count_row is None
+            else {}
+        )
         return {
             "name": self.name,
             "family": self.family.name,
+            "counted_by": self.counted_by(timing),
             "processor_class": self.processor_class,
             "image_processor": type(self.image_processor).__name__,
             "tokenizer": type(self.tokenizer).__name__ if self.tokenizer is not None else None,
@@ -139,46 +154,101 @@ def _load_tokenizer(name: str, family: Family, trust_remote_code: bool) -> Any:
         return None
 
 
-def _load_generic(name: str, processor_name: str | None, trust_remote_code: bool) -> Model:
-    """A family vlmlint has no formula for: count through the real processor, on decoded pixels."""
-    from transformers import AutoProcessor
+def _template_placeholder(template: str | None, tokenizer: Any, image_token: str | None) -> str | None:
+    """What the chat template writes for one image: the text one image part adds to a turn."""
+    if not template:
+        return None
+    from transformers.utils.chat_template_utils import render_jinja_template
 
-    from vlmlint.models.generic import make_family
+    def render(content: list[dict[str, Any]]) -> str:
+        conversation = [{"role": "user", "content": content}]
+        special = getattr(tokenizer, "special_tokens_map", None) or {}
+        prompts, _ = render_jinja_template(
+            conversations=[conversation], chat_template=template, add_generation_prompt=False, **special
+        )
+        return prompts[0]
 
+    text = {"type": "text", "text": "vlmlint"}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            processor = AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
-        family = make_family(processor)
-    except (OSError, ValueError, KeyError, ImportError, TypeError, AttributeError, CountError) as exc:
+        with_image, without = render([{"type": "image"}, text]), render([text])
+    except Exception:  # a template that refuses the probe: keep the processor's own token
+        return None
+    prefix = len(os.path.commonprefix([with_image, without]))
+    suffix = len(os.path.commonprefix([with_image[prefix:][::-1], without[prefix:][::-1]]))
+    written = with_image[prefix : len(with_image) - suffix]
+    if written and image_token and image_token in written:
+        return image_token  # the processor's token, perhaps inside markers the template adds around it
+    return written.strip() or None
+
+
+def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> Model:
+    """A processor no family claims: count every row with the real processor on decoded images."""
+    from vlmlint.models.fallback import (
+        FallbackRefused,
+        FallbackSettings,
+        build_processor,
+        choose_sentinel,
+        image_token_ids,
+    )
+    from vlmlint.models.fallback import make_family as make_fallback
+
+    model_config = _read_json(name, "config.json")
+    model_type = model_config.get("model_type") if isinstance(model_config.get("model_type"), str) else None
+    _quiet_transformers()
+    try:
+        processor = build_processor(name, processor_name, trust_remote_code, model_type)
+    except FallbackRefused as exc:
         raise ModelError(
-            f"{name}: processor {processor_name!r} is not a family vlmlint has a formula for, and the real "
-            f"processor could not be loaded for the fallback ({type(exc).__name__}: {exc}). Processors that "
-            "declare a video processor need torch and torchvision for that; supported families: "
-            f"{', '.join(f.title for f in FAMILIES)}"
+            f"{name}: {processor_name} is not a family vlmlint has a formula for, and its real processor "
+            f"cannot run here for the fallback: {exc}"
         ) from None
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        raise ModelError(f"{name}: {processor_name} has no tokenizer, so vlmlint cannot count its text")
+    if not hasattr(processor, "image_processor") or processor.image_processor is None:
+        raise ModelError(f"{name}: {processor_name} has no image processor: it takes no images")
     template = getattr(processor, "chat_template", None)
+    if not isinstance(template, str):
+        template = _read_chat_template(name, tokenizer)
+    image_token = getattr(processor, "image_token", None)
+    image_token = image_token if isinstance(image_token, str) and image_token else None
+    placeholder = _template_placeholder(template, tokenizer, image_token) or image_token or ""
+    image_ids = image_token_ids(processor, model_config)
+    settings = FallbackSettings(processor, image_ids, choose_sentinel(processor, template, image_ids))
+    absent = getattr(processor, "_vlmlint_absent", {})
+    missing = f"; left out: {'; '.join(absent.values())}" if absent else ""
     return Model(
         name=name,
-        family=family,
-        settings=processor,
+        family=make_fallback(processor, placeholder, placeholder),
+        settings=settings,
         image_processor=processor.image_processor,
-        tokenizer=processor.tokenizer,
-        chat_template=template
-        if isinstance(template, str)
-        else _read_chat_template(name, processor.tokenizer),
-        max_position_embeddings=_max_position_embeddings(_read_json(name, "config.json")),
-        processor_class=type(processor).__name__,
+        tokenizer=tokenizer,
+        chat_template=template,
+        max_position_embeddings=_max_position_embeddings(model_config),
+        processor_class=processor_name,
         image_processor_type=type(processor.image_processor).__name__,
-        notice=f"{processor_name}: no formula in vlmlint; counting with the real processor on decoded images (slow)",
+        notice=(
+            f"{processor_name}: no formula in vlmlint; every row is counted with the real processor on "
+            f"decoded images (slow){missing}"
+        ),
     )
 
 
-def load_model(name: str | None = None, *, trust_remote_code: bool = False) -> Model:
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # keep transformers' backend notices off the report
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def load_model(
+    name: str | None = None, *, trust_remote_code: bool = False, force_fallback: bool = False
+) -> Model:
     """Load what vlmlint needs of a processor folder, built-in profile or hub id, without torch.
 
     Resolution order: an existing folder, then a built-in profile name (`vlmlint models`), then a hub id.
-    No name means the default profile (qwen2-vl).
+    No name means the default profile (qwen2-vl). `force_fallback`: count with the real processor even
+    where a family has a formula (tests prove the two agree).
     """
     from vlmlint.models import profiles
 
@@ -186,12 +256,12 @@ def load_model(name: str | None = None, *, trust_remote_code: bool = False) -> M
         name = profiles.DEFAULT_PROFILE
     profile = None if os.path.isdir(name) else profiles.find_profile(name)
     if profile is None:
-        return _load_processor(name, trust_remote_code)
+        return _load_processor(name, trust_remote_code, force_fallback)
     try:
         folder = profiles.profile_folder(profile)
     except (profiles.ProfileError, OSError) as exc:
         raise ModelError(f"{name}: cannot prepare the built-in profile: {exc}") from None
-    model = _load_processor(str(folder), trust_remote_code)
+    model = _load_processor(str(folder), trust_remote_code, force_fallback)
     model.name = profile.name
     model.profile = profile.name
     model.checkpoint = profile.checkpoint
@@ -202,7 +272,7 @@ def load_model(name: str | None = None, *, trust_remote_code: bool = False) -> M
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
 
 
-def _load_processor(name: str, trust_remote_code: bool) -> Model:
+def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = False) -> Model:
     preprocessor = _read_json(name, "preprocessor_config.json")
     processor_config = _read_json(name, "processor_config.json")
     nested = (
@@ -236,16 +306,20 @@ def _load_processor(name: str, trust_remote_code: bool) -> Model:
         raise ModelError(
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
-    family = find_family(processor_class, image_processor_type)
+    family = None if force_fallback else find_family(processor_class, image_processor_type)
+    if family is None and processor_class:
+        return _load_fallback(name, processor_class, trust_remote_code)
     if family is None:
-        return _load_generic(name, processor_class or image_processor_type, trust_remote_code)
+        raise ModelError(
+            f"{name}: its files name no processor class, and its image processor {image_processor_type!r} is "
+            f"none of vlmlint's families ({', '.join(f.title for f in FAMILIES)}); set processor_class in "
+            "processor_config.json or pass the hub id of the full processor"
+        )
 
     model_config = _read_json(name, "config.json")
     from transformers import AutoImageProcessor
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()  # keep transformers' backend notices off the report
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    _quiet_transformers()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -258,7 +332,10 @@ def _load_processor(name: str, trust_remote_code: bool) -> Model:
         # ProcessorMixin._merge_kwargs lets the tokenizer's init kwargs (tokenizer_config.json) override
         # the processor's call-time defaults (e.g. Gemma 3's do_pan_and_scan): families read them here.
         processor_settings["tokenizer_init_kwargs"] = dict(getattr(tokenizer, "init_kwargs", None) or {})
+        # Processors that take their image token from the tokenizer (Qwen2VLProcessor) read it here.
+        processor_settings["tokenizer_image_token"] = getattr(tokenizer, "image_token", None)
         settings = family.settings_from(image_processor, processor_settings, model_config)
+        family = family.bound(settings)
     except CountError as exc:
         raise ModelError(f"{name}: {exc}") from None
     return Model(

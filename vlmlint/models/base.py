@@ -23,6 +23,7 @@ the row's text is tokenized alone (when the model has a tokenizer), and its sett
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,15 @@ class ImageCount:
     tokens: int  # image-placeholder token ids this image contributes to input_ids
     # The expansion itself, for families that learn it from the real processor (the generic fallback).
     expansion: tuple[str | Run, ...] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RowCount:
+    """A whole row counted by the real processor (the fallback): its input_ids length and image tokens."""
+
+    seq_len: int
+    image_tokens: tuple[int | None, ...]  # per image; None where the processor's output cannot say
+    image_spans: tuple[tuple[int, int], ...] | None  # each image's [first, last + 1) in input_ids
 
 
 @dataclass(frozen=True)
@@ -95,3 +105,14 @@ class Family:
     # M-RoPE models: how many text positions one image's tokens take (Qwen: max(t, h/merge, w/merge)).
     # None: positions advance by one per token.
     position_span: Callable[[ImageCount, Any], int] | None = None
+    # The real-processor fallback: count_row(rendered, decoded images, image keys, placeholder, settings)
+    # counts a whole row with the processor's own __call__ (no formula, no expansion).
+    count_row: Callable[..., RowCount] | None = None
+
+    def bound(self, settings: Any) -> Family:
+        """This family with the placeholder its settings read from the processor, where they name one."""
+        placeholder = getattr(settings, "placeholder", None)
+        if not isinstance(placeholder, str) or not placeholder or placeholder == self.placeholder:
+            return self
+        prompt = getattr(settings, "raw_image_prompt", placeholder)
+        return dataclasses.replace(self, placeholder=placeholder, raw_image_prompt=prompt)

@@ -25,6 +25,12 @@ class QwenSettings:
     min_pixels: int
     max_pixels: int
     do_resize: bool = True
+    # The processor's image token: the tokenizer's image_token when it names one (Qwen2VLProcessor.__init__).
+    placeholder: str = PLACEHOLDER
+
+    @property
+    def raw_image_prompt(self) -> str:
+        return f"<|vision_start|>{self.placeholder}<|vision_end|>"
 
     @property
     def factor(self) -> int:
@@ -39,7 +45,8 @@ def settings_from(
     max_pixels = getattr(size, "longest_edge", None)
     if not min_pixels or not max_pixels:
         raise CountError(f"size must hold shortest_edge and longest_edge (pixel counts), got {size}")
-    del processor_config, model_config  # Qwen-VL's image settings all live in the image processor
+    del model_config  # Qwen-VL's image settings all live in the image processor
+    placeholder = processor_config.get("tokenizer_image_token") or PLACEHOLDER
     return QwenSettings(
         patch_size=int(image_processor.patch_size),
         merge_size=int(image_processor.merge_size),
@@ -47,6 +54,7 @@ def settings_from(
         min_pixels=int(min_pixels),
         max_pixels=int(max_pixels),
         do_resize=bool(getattr(image_processor, "do_resize", True)),
+        placeholder=str(placeholder),
     )
 
 
@@ -117,7 +125,7 @@ def count_exact(image_processor: Any, images: list[Any], settings: QwenSettings)
 
 def expand(count: ImageCount, settings: QwenSettings) -> Expansion:
     """<|image_pad|> repeated once per merged patch; <|vision_start|>/<|vision_end|> are the template's."""
-    return (Run(PLACEHOLDER, count.tokens),)
+    return (Run(settings.placeholder, count.tokens),)
 
 
 def position_span(count: ImageCount, settings: QwenSettings) -> int:

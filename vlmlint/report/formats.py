@@ -35,6 +35,7 @@ class ReportInput:
     summary: Summary  # flagged rows with their samples (image paths for thumbnails), raw distributions
     model_name: str
     text_tokens_estimated: str | None = None
+    counted_by: str | None = None  # Model.counted_by(): formula (family X) or real processor (fallback)
 
 
 def renderer(name: str) -> Callable[[ReportInput], str]:

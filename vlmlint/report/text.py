@@ -41,6 +41,7 @@ def render_text(
     max_rows: int = 200,
     text_tokens_estimated: str | None = None,
     incomplete: dict | None = None,
+    counted_by: str | None = None,
 ) -> None:
     findings_shown = 0
     if summary.flagged:
@@ -83,6 +84,8 @@ def render_text(
         )
     console.print(stats)
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
+    if counted_by:
+        console.print(f"counted by: {counted_by}", soft_wrap=True)
     if summary.media_rows:
         console.print(media_line(summary), style="yellow", soft_wrap=True)
     if incomplete:

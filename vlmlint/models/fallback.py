@@ -1,0 +1,421 @@
+"""The real-processor fallback: count a row by calling the model's own processor on it.
+
+For a processor class no family module claims, vlmlint builds the real transformers processor and,
+per row, calls its `__call__` on the rendered text and the decoded images, with its own default
+kwargs and `return_tensors="np"` (the defaults of some processors say "pt", which needs torch).
+seq_len is len(input_ids); an image's tokens are the positions of input_ids that receive image
+features: the model's image token ids from config.json (image_token_id / image_token_index, the ids
+the model's forward looks up), else the processor's. So the count is the processor's own, whatever
+`__call__` adds (prefixes, separators, BOS) and whichever token carries the features.
+
+Processors that declare a video or audio sub-processor are built with that part absent where it
+cannot load (torchvision or torchaudio missing): the image path never touches it. A processor that
+reads a setting of its video processor in `__init__` (MiniCPM-V 4.6) gets a stand-in holding the
+video processor's settings from its own files and class defaults, read without importing it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from vlmlint.models.base import CountError, Family, ImageCount, RowCount
+
+# Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
+OPTIONAL_PARTS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
+# Keys of config.json (and its text_config) that name the token the model puts image features on.
+IMAGE_TOKEN_ID_KEYS = ("image_token_id", "image_token_index", "image_patch_id", "img_context_token_id")
+
+
+class FallbackRefused(Exception):
+    """The processor cannot run here; the message says which component needs what."""
+
+
+class AbsentPart:
+    """Stands for a sub-processor that could not be built here (e.g. a video processor without torchvision).
+
+    Its settings (from its own config file and class defaults) can be read, as some processors read
+    them in `__init__`; any use beyond that raises, naming what is missing.
+    """
+
+    def __init__(self, attribute: str, reason: str, settings: dict[str, Any]):
+        self.__dict__["_attribute"] = attribute
+        self.__dict__["_reason"] = reason
+        self.__dict__.update(settings)
+
+    def __getattr__(self, name: str) -> Any:
+        # AttributeError, so that getattr(part, name, default) still answers the default
+        raise AttributeError(f"{self._attribute}.{name} is needed here, but {self._reason}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise CountError(f"the processor's {self._attribute} is needed here, but {self._reason}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {}
+
+
+@cache
+def _transformers_dir() -> Path:
+    import transformers
+
+    return Path(transformers.__file__).parent
+
+
+def _class_defaults(class_name: str, prefix: str) -> dict[str, Any]:
+    """Literal class attributes of a transformers class, read from its source (never imported)."""
+    for path in sorted((_transformers_dir() / "models").glob(f"*/{prefix}_*.py")):
+        source = path.read_text(encoding="utf-8")
+        if f"class {class_name}(" not in source:
+            continue
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef) and node.name == class_name:
+                values: dict[str, Any] = {}
+                for statement in node.body:
+                    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                        target, value = statement.targets[0], statement.value
+                    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                        target, value = statement.target, statement.value
+                    else:
+                        continue
+                    if isinstance(target, ast.Name):
+                        try:
+                            values[target.id] = ast.literal_eval(value)
+                        except ValueError:
+                            pass
+                return values
+    return {}
+
+
+def _read_json(folder: str, filename: str) -> dict[str, Any]:
+    path = os.path.join(folder, filename)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _absent_settings(folder: str, attribute: str, processor_dict: dict[str, Any], model_type: str | None):
+    """An absent video processor's settings: class defaults, then its config file, as from_pretrained."""
+    settings: dict[str, Any] = {}
+    if attribute == "video_processor":
+        config = _read_json(folder, "video_preprocessor_config.json")
+        nested = processor_dict.get("video_processor")
+        if not config and isinstance(nested, dict):
+            config = nested
+        class_name = config.get("video_processor_type")
+        if not class_name and model_type:
+            from transformers.models.auto.video_processing_auto import VIDEO_PROCESSOR_MAPPING_NAMES
+
+            class_name = VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type)
+        if isinstance(class_name, str):
+            settings.update(_class_defaults(class_name, "video_processing"))
+        settings.update(config)
+    return settings
+
+
+def _missing_backends() -> list[str]:
+    from transformers.utils import is_torch_available, is_torchaudio_available, is_torchvision_available
+
+    backends = (
+        ("torch", is_torch_available()),
+        ("torchvision", is_torchvision_available()),
+        ("torchaudio", is_torchaudio_available()),
+    )
+    return [name for name, available in backends if not available]
+
+
+def processor_class(name: str, class_name: str, trust_remote_code: bool) -> type:
+    """The processor class a folder names: transformers' own, or its remote code when trusted."""
+    import transformers
+
+    if trust_remote_code:
+        auto_map = (
+            (_read_json(name, "processor_config.json").get("auto_map") or {}) if os.path.isdir(name) else {}
+        )
+        auto_map = auto_map or (_read_json(name, "preprocessor_config.json").get("auto_map") or {})
+        reference = auto_map.get("AutoProcessor") if isinstance(auto_map, dict) else None
+        if reference:
+            from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+            return get_class_from_dynamic_module(reference, name)
+    try:
+        cls = getattr(transformers, class_name)
+    except (AttributeError, ImportError) as exc:
+        raise FallbackRefused(
+            f"transformers {transformers.__version__} has no processor class {class_name!r} ({exc})"
+        ) from None
+    if not isinstance(cls, type):
+        raise FallbackRefused(
+            f"processor class {class_name!r} cannot be imported here: {_missing_backends() or 'unknown reason'}"
+        )
+    return cls
+
+
+def build_processor(name: str, class_name: str, trust_remote_code: bool, model_type: str | None) -> Any:
+    """The real processor, with the sub-processors the image path never uses absent where they cannot load."""
+    from transformers.processing_utils import _get_modality_for_attribute
+
+    cls = processor_class(name, class_name, trust_remote_code)
+    absent: dict[str, str] = {}
+
+    class Lenient(cls):  # type: ignore[misc, valid-type]
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            if isinstance(argument, AbsentPart):
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+        def to_dict(self) -> dict[str, Any]:  # serialised without its stand-ins (repr and logging use it)
+            stand_ins = {k: v for k, v in self.__dict__.items() if isinstance(v, AbsentPart)}
+            for key in stand_ins:
+                del self.__dict__[key]
+            try:
+                return super().to_dict()
+            finally:
+                self.__dict__.update(stand_ins)
+
+        @classmethod
+        def _get_arguments_from_pretrained(klass, path, processor_dict=None, **kwargs):
+            arguments = []
+            loader = cls._get_arguments_from_pretrained.__func__
+            for attribute in cls.get_attributes():
+                one = type(cls.__name__, (cls,), {"get_attributes": classmethod(lambda c, a=attribute: [a])})
+                try:
+                    arguments.extend(loader(one, path, processor_dict, **kwargs))
+                except Exception as exc:
+                    modality = _get_modality_for_attribute(attribute)
+                    if modality not in OPTIONAL_PARTS:
+                        raise FallbackRefused(_component_reason(attribute, exc)) from None
+                    reason = _component_reason(attribute, exc)
+                    absent[attribute] = reason
+                    settings = _absent_settings(path, attribute, processor_dict or {}, model_type)
+                    arguments.append(AbsentPart(attribute, reason, settings))
+            return arguments
+
+    Lenient.__name__ = cls.__name__
+    Lenient.__qualname__ = cls.__qualname__
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            processor = Lenient.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except FallbackRefused:
+        raise
+    except Exception as exc:
+        raise FallbackRefused(f"{class_name} could not be built: {type(exc).__name__}: {exc}") from None
+    processor._vlmlint_absent = absent  # which parts are stand-ins, and why (for the notice)
+    return processor
+
+
+def _component_reason(attribute: str, exc: BaseException) -> str:
+    """Why one sub-processor could not be built, in words a user can act on."""
+    text = f"{type(exc).__name__}: {exc}"
+    for backend in ("torchvision", "torchaudio", "torch"):
+        if backend in text.lower():
+            install = "torch" if backend == "torch" else f"torch {backend}"
+            return f"its {attribute} needs {backend} (pip install {install})"
+    missing = _missing_backends()
+    if missing and isinstance(exc, (ImportError, AttributeError, TypeError)):
+        return f"its {attribute} could not be built without {', '.join(missing)} ({text})"
+    return f"its {attribute} could not be built ({text})"
+
+
+def image_token_ids(processor: Any, model_config: dict[str, Any]) -> frozenset[int]:
+    """The ids input_ids carries where the model puts image features: config.json first, then the processor."""
+    found: set[int] = set()
+    for section in (
+        model_config,
+        model_config.get("text_config") or {},
+        model_config.get("vision_config") or {},
+    ):
+        if not isinstance(section, dict):
+            continue
+        for key in IMAGE_TOKEN_ID_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and value >= 0:
+                found.add(value)
+        if found:
+            break
+    if found:
+        return frozenset(found)
+    value = getattr(processor, "image_token_id", None)
+    if isinstance(value, int) and value >= 0:
+        return frozenset({value})
+    token = getattr(processor, "image_token", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    if isinstance(token, str) and token and tokenizer is not None:
+        value = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(value, int) and value != getattr(tokenizer, "unk_token_id", None):
+            return frozenset({value})
+    return frozenset()
+
+
+@dataclass
+class FallbackSettings:
+    """Model.settings for the fallback: the processor, its image token ids and the time it took."""
+
+    processor: Any
+    image_token_ids: frozenset[int]
+    # A special token the processor gives no meaning, written between images to find where each starts.
+    sentinel: tuple[str, int] | None = None
+    calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ms_per_row(self) -> float | None:
+        return 1000 * self.seconds / self.calls if self.calls else None
+
+
+def _input_ids(output: Any) -> list[int]:
+    ids = output["input_ids"]
+    first = ids[0] if len(ids) and not isinstance(ids[0], int) else ids
+    if hasattr(first, "tolist"):
+        first = first.tolist()
+    return [int(i) for i in first]
+
+
+def _call(settings: FallbackSettings, text: str, images: Sequence[Any]) -> list[int]:
+    """One call of the processor's own __call__, as a trainer's collator makes it, with numpy tensors."""
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            output = settings.processor(
+                text=[text], images=[list(images)] if images else None, return_tensors="np"
+            )
+    except CountError:
+        raise
+    except Exception as exc:  # the processor's own refusal of this row: a finding, never a crash
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CountError(f"{type(exc).__name__}: {message}" if message else type(exc).__name__) from None
+    finally:
+        settings.calls += 1
+        settings.seconds += time.perf_counter() - started
+    return _input_ids(output)
+
+
+def _runs(ids: list[int], wanted: frozenset[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    start = None
+    for position, token in enumerate(ids):
+        if token in wanted:
+            if start is None:
+                start = position
+        elif start is not None:
+            runs.append((start, position))
+            start = None
+    if start is not None:
+        runs.append((start, len(ids)))
+    return runs
+
+
+def count_row(
+    rendered: str, images: Sequence[Any], keys: Sequence[Any], placeholder: str, settings: FallbackSettings
+) -> RowCount:
+    """seq_len and each image's tokens for one row, from the processor's own input_ids.
+
+    With one image, or one run of image tokens per image, the runs are the images. Otherwise (tiles
+    with separators between them) the row is processed once more with a sentinel token written before
+    each image's placeholder but the first; where the sentinels, taken out again, leave exactly the
+    first call's input_ids, they mark where each image's tokens start. Where they do not, per-image
+    counts are left unknown rather than guessed (the row's length stays exact).
+    """
+    del keys  # the decoded images themselves are cached by the engine
+    ids = _call(settings, rendered, images)
+    wanted = settings.image_token_ids
+    runs = _runs(ids, wanted) if wanted else []
+    total = sum(end - start for start, end in runs)
+    if not images:
+        return RowCount(len(ids), (), ())
+    if len(images) == 1:
+        spans = ((runs[0][0], runs[-1][1]),) if runs else ()
+        return RowCount(len(ids), (total,), spans)
+    if len(runs) == len(images):
+        return RowCount(len(ids), tuple(end - start for start, end in runs), tuple(runs))
+    unknown = RowCount(len(ids), tuple(None for _ in images), None)
+    sentinel = settings.sentinel
+    if sentinel is None or not placeholder or sentinel[0] in rendered:
+        return unknown
+    text, sentinel_id = sentinel
+    pieces = rendered.split(placeholder)
+    if len(pieces) != len(images) + 1:
+        return unknown
+    marked = pieces[0] + placeholder + (text + placeholder).join(pieces[1:])
+    try:
+        marked_ids = _call(settings, marked, images)
+    except CountError:
+        return unknown
+    if [token for token in marked_ids if token != sentinel_id] != ids:
+        return unknown  # the sentinel changed what the processor does: no boundaries from it
+    buckets: list[list[int]] = [[] for _ in images]
+    image = position = 0
+    for token in marked_ids:
+        if token == sentinel_id:
+            image += 1
+            continue
+        if token in wanted and image < len(buckets):
+            buckets[image].append(position)
+        position += 1
+    if image != len(images) - 1:
+        return unknown
+    tokens = tuple(len(bucket) for bucket in buckets)
+    spans = tuple((bucket[0], bucket[-1] + 1) if bucket else (0, 0) for bucket in buckets)
+    return RowCount(len(ids), tokens, spans)
+
+
+def choose_sentinel(
+    processor: Any, template: str | None, image_ids: frozenset[int]
+) -> tuple[str, int] | None:
+    """A special token of the tokenizer that neither the processor nor its template gives a meaning."""
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    own = {value for value in vars(processor).values() if isinstance(value, str)}
+    named = [getattr(tokenizer, name, None) for name in ("unk_token", "pad_token")]
+    added = [str(t) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()]
+    for token in [t for t in named if isinstance(t, str)] + sorted(added, key=len):
+        if not token or token in own or (template and token in template):
+            continue
+        if any(
+            word in token.lower() for word in ("image", "img", "vision", "video", "audio", "patch", "tile")
+        ):
+            continue
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if not isinstance(token_id, int) or token_id in image_ids:
+            continue
+        if tokenizer(token, add_special_tokens=False)["input_ids"] == [token_id]:
+            return token, token_id
+    return None
+
+
+def make_family(processor: Any, placeholder: str, raw_image_prompt: str) -> Family:
+    """A Family bound to one loaded processor; its settings are FallbackSettings."""
+
+    def no_formula(*args: Any, **kwargs: Any) -> ImageCount:
+        raise CountError("no header formula for this processor; counts come from the real processor")
+
+    def no_expansion(*args: Any, **kwargs: Any) -> Any:
+        raise CountError("the real-processor fallback counts whole rows, not expansions")
+
+    return Family(
+        name="fallback",
+        title=f"{type(processor).__name__} (real processor)",
+        processor_classes=(type(processor).__name__,),
+        image_processor_types=(),
+        placeholder=placeholder,
+        raw_image_prompt=raw_image_prompt,
+        settings_from=lambda image_processor, processor_config, model_config: None,
+        count=no_formula,
+        count_exact=no_expansion,
+        expand=no_expansion,
+        header_formula=False,
+        count_row=count_row,
+    )
