@@ -29,9 +29,11 @@ lint: install
 fixtures: install
 	$(BIN)/python fixtures/build.py
 
-# docs/rules.md is generated from the rules; the site (mkdocs.yml) is built into site/, any warning fatal.
+# docs/rules.md is generated from the rules and docs/models/support.md from the installed transformers'
+# auto mappings (vlmlint.models.support); the site (mkdocs.yml) is built into site/, any warning fatal.
 docs: install
 	$(BIN)/python -m vlmlint.docs docs/rules.md
+	$(BIN)/python -m vlmlint.models.support docs/models/support.md
 	$(BIN)/mkdocs build --strict
 
 clean:

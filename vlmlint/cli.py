@@ -794,12 +794,46 @@ def _shown(value):
     return value
 
 
+def _support_table(console: Console) -> None:
+    """`vlmlint models --all`: the support matrix of the installed transformers (vlmlint.models.support)."""
+    from rich.table import Table
+
+    from vlmlint.models import support
+
+    entries = support.support_matrix()
+    table = Table(show_lines=False, pad_edge=False)
+    for column in ("model type", "processor class", "route", "family / reason", "proven"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        table.add_row(
+            entry.model_type,
+            entry.processor_class,
+            entry.route,
+            entry.family or entry.reason or "",
+            support.proven_text(entry),
+        )
+    console.print(table)
+    console.print(support.totals_line(entries))
+
+
 @app.command("models")
-def list_models() -> None:
+def list_models(
+    all_models: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every model type of the installed transformers whose processor takes images: "
+            "its route (formula / fallback / refused) and whether its counts are proven.",
+        ),
+    ] = False,
+) -> None:
     """List the built-in model profiles (offline, no download): source checkpoint and settings."""
     from vlmlint.models.profiles import DEFAULT_PROFILE, PROFILES, profile_settings
 
     console = Console(highlight=False, soft_wrap=True)
+    if all_models:
+        _support_table(console)
+        return
     for profile in PROFILES.values():
         files = profile_settings(profile)
         image = files.get("preprocessor_config.json") or (files.get("processor_config.json") or {}).get(
