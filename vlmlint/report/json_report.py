@@ -64,6 +64,12 @@ def row_record(outcome: RowOutcome) -> dict[str, Any]:
             for info in result.images
         ],
         "image_tokens": result.image_tokens,
+        # Videos and audio clips, not counted yet (VLM109): then seq_len and text_tokens are lower bounds.
+        "media": [
+            {"kind": info.kind, "path": info.reference, "frames": info.frames, "error": info.error_code}
+            for info in result.media
+        ],
+        "lengths_lower_bound": result.lengths_lower_bound,
         "text_tokens": result.text_tokens,
         "seq_len": result.seq_len,
         "trainer": _fate_record(result.trainer),
