@@ -69,14 +69,19 @@ def _transformers_dir() -> Path:
     return Path(transformers.__file__).parent
 
 
-def _class_defaults(class_name: str, prefix: str) -> dict[str, Any]:
-    """Literal class attributes of a transformers class, read from its source (never imported)."""
-    for path in sorted((_transformers_dir() / "models").glob(f"*/{prefix}_*.py")):
+def _class_defaults(class_name: str | None, prefix: str) -> dict[str, Any]:
+    """Literal class attributes of a transformers class, read from its source (never imported).
+
+    `class_name` None: the first class of the module whose name ends in VideoProcessor.
+    """
+    for path in sorted((_transformers_dir() / "models").glob(f"*/{prefix}*.py")):
         source = path.read_text(encoding="utf-8")
-        if f"class {class_name}(" not in source:
+        if class_name is not None and f"class {class_name}(" not in source:
             continue
         for node in ast.parse(source).body:
-            if isinstance(node, ast.ClassDef) and node.name == class_name:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if node.name == class_name or (class_name is None and node.name.endswith("VideoProcessor")):
                 values: dict[str, Any] = {}
                 for statement in node.body:
                     if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
@@ -113,12 +118,10 @@ def _absent_settings(folder: str, attribute: str, processor_dict: dict[str, Any]
         if not config and isinstance(nested, dict):
             config = nested
         class_name = config.get("video_processor_type")
-        if not class_name and model_type:
-            from transformers.models.auto.video_processing_auto import VIDEO_PROCESSOR_MAPPING_NAMES
-
-            class_name = VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type)
         if isinstance(class_name, str):
             settings.update(_class_defaults(class_name, "video_processing"))
+        elif model_type:  # transformers blanks its video mapping without torchvision: the model's own file
+            settings.update(_class_defaults(None, f"video_processing_{model_type}"))
         settings.update(config)
     return settings
 
