@@ -291,9 +291,17 @@ def _call(settings: FallbackSettings, text: str, images: Sequence[Any]) -> list[
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            output = settings.processor(
-                text=[text], images=[list(images)] if images else None, return_tensors="np"
-            )
+            # One sample's images as one nested list, as a trainer's collator passes a batch of rows.
+            try:
+                output = settings.processor(
+                    text=[text], images=[list(images)] if images else None, return_tensors="np"
+                )
+            except ValueError as exc:
+                if "nested" not in str(exc).lower():
+                    raise
+                # GOT-OCR 2 takes one sample's images flat ("Nested images are only supported with
+                # `multi_page`"); there a nested list is refused, not read as several samples.
+                output = settings.processor(text=[text], images=list(images), return_tensors="np")
     except CountError:
         raise
     except Exception as exc:  # the processor's own refusal of this row: a finding, never a crash
