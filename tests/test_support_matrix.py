@@ -101,3 +101,19 @@ def test_models_all_prints_the_matrix():
     entries = support.support_matrix()
     assert support.totals_line(entries) in result.output
     assert all(entry.model_type in result.output for entry in entries)
+
+
+NO_IMAGE_TOKENS = sorted(
+    m
+    for m, e in ENTRIES.items()
+    if not e.image_tokens_in_text and e.route != "refused" and e.image_processors
+)
+
+
+@pytest.mark.parametrize("model_type", NO_IMAGE_TOKENS)
+def test_no_image_tokens_claim_holds(model_type, support_root):
+    """The other way round: a processor said to write no image tokens leaves the text's ids as they are."""
+    result = harness.no_image_tokens_hold(model_type, support_root)
+    if result != "ok" and not result.startswith("no tokenizer"):
+        assert result.startswith("cannot be checked"), result
+        pytest.skip(f"{model_type}: {result}")

@@ -131,6 +131,16 @@ def _needs(backends: Any) -> str:
     return f"{' and '.join(names)}: pip install {' '.join(_PIP.get(n, n) for n in names)}"
 
 
+def _missing_backends(cls: Any) -> list[str]:
+    """Backends the class's module asks for at run time (`requires_backends(self, ...)`, e.g.
+    LayoutLMv3's pytesseract, Owlv2's scipy) that are not installed."""
+    source = _module_source(cls.__module__)
+    names: list[str] = []
+    for match in re.finditer(r"requires_backends\(\s*self\s*,\s*(\[[^\]]*\]|[\"'][^\"']+[\"'])", source):
+        names += re.findall(r"[\"'](\w+)[\"']", match.group(1))
+    return sorted({n for n in names if n not in ("vision",) and importlib.util.find_spec(n) is None})
+
+
 def _processor_parts(processor_class: str) -> list[str]:
     cls = _transformers_class(processor_class)
     if cls is None or _is_placeholder(cls):
@@ -173,6 +183,10 @@ def _entry(model_type: str, processor_class: str, backends: dict[str, str], note
     elif pil_class is None or _is_placeholder(pil_class):
         route = "refused"
         reason = f"its image processor {pil} needs {_needs(getattr(pil_class, '_backends', None))}"
+    elif _missing_backends(pil_class):
+        missing = _missing_backends(pil_class)
+        route = "refused"
+        reason = f"its image processor {pil} needs {' and '.join(missing)}: pip install {' '.join(missing)}"
     else:
         found = _family_for_class(processor_class)
         if found is not None:
