@@ -196,7 +196,7 @@ def _media_ref(kind: str, value: Any, resolve: ImageResolver) -> MediaRef:
             raise RowError(f"an {kind} must be one reference, got a list: {_short(value)}")
         if not value:
             raise RowError("a video given as a list of frames has no frames")
-        frames = tuple(resolve(frame) for frame in value)
+        frames = tuple(_frame(position, frame, resolve) for position, frame in enumerate(value, start=1))
         return MediaRef(
             kind,
             reference=f"{frames[0].reference} ... ({len(frames)} frames)",
@@ -211,6 +211,13 @@ def _media_ref(kind: str, value: Any, resolve: ImageResolver) -> MediaRef:
     return MediaRef(
         kind, ref.reference, path=ref.path, data=ref.data, url=ref.url, outside_root=ref.outside_root
     )
+
+
+def _frame(position: int, value: Any, resolve: ImageResolver) -> ImageRef:
+    try:
+        return resolve(value)
+    except RowError as exc:
+        raise RowError(f"video frame {position}: {exc}") from None
 
 
 def _media_list(row: Mapping[str, Any], key: str, kind: str, resolve: ImageResolver) -> tuple[MediaRef, ...]:
