@@ -390,14 +390,17 @@ class Scanner:
         sample = prepared.sample
         keys = [ref.path or ref.reference for ref in sample.images]
         try:
-            counted = self.family.count_row(rendered, decoded, keys, self.family.placeholder, self.model.settings)
+            counted = self.family.count_row(
+                rendered, decoded, keys, self.family.placeholder, self.model.settings
+            )
         except CountError as exc:
             prepared.count_error = f"processor: {exc}"
             return
         prepared.fixed_length = counted.seq_len
         prepared.fixed_spans = counted.image_spans
         prepared.images = tuple(
-            evolve(info, tokens=tokens) for info, tokens in zip(prepared.images, counted.image_tokens, strict=True)
+            evolve(info, tokens=tokens)
+            for info, tokens in zip(prepared.images, counted.image_tokens, strict=True)
         )
 
     def _trainer_size(self, info: ImageInfo) -> tuple[int, int]:
@@ -606,7 +609,8 @@ class Scanner:
             text_tokens = seq_len
             if any(info.tokens is None for info in prepared.images):
                 text_tokens = None  # the fallback could not share the image tokens out between images
-            elif self.family.placeholder:  # a plain encoder's image tokens are not in the text sequence
+            elif self.family.placeholder or prepared.fixed_length is not None:
+                # (a plain encoder's image tokens are not in the text sequence; the fallback's always are)
                 text_tokens -= sum(info.tokens or 0 for info in prepared.images)
         spans = max_position = None
         if seq_len is not None:

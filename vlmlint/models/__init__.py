@@ -155,7 +155,11 @@ def _load_tokenizer(name: str, family: Family, trust_remote_code: bool) -> Any:
 
 
 def _template_placeholder(template: str | None, tokenizer: Any, image_token: str | None) -> str | None:
-    """What the chat template writes for one image: the text one image part adds to a turn."""
+    """What the chat template writes for one image: the text one image part adds to a turn.
+
+    "" when it writes nothing (Florence-2, BLIP-2: the processor puts the image tokens in itself);
+    None when there is no template or it refuses the probe.
+    """
     if not template:
         return None
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -178,7 +182,7 @@ def _template_placeholder(template: str | None, tokenizer: Any, image_token: str
     written = with_image[prefix : len(with_image) - suffix]
     if written and image_token and image_token in written:
         return image_token  # the processor's token, perhaps inside markers the template adds around it
-    return written.strip() or None
+    return written.strip()
 
 
 def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> Model:
@@ -212,7 +216,9 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
         template = _read_chat_template(name, tokenizer)
     image_token = getattr(processor, "image_token", None)
     image_token = image_token if isinstance(image_token, str) and image_token else None
-    placeholder = _template_placeholder(template, tokenizer, image_token) or image_token or ""
+    placeholder = _template_placeholder(template, tokenizer, image_token)
+    if placeholder is None:
+        placeholder = image_token or ""
     image_ids = image_token_ids(processor, model_config)
     settings = FallbackSettings(processor, image_ids, choose_sentinel(processor, template, image_ids))
     absent = getattr(processor, "_vlmlint_absent", {})
@@ -334,6 +340,8 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         processor_settings["tokenizer_init_kwargs"] = dict(getattr(tokenizer, "init_kwargs", None) or {})
         # Processors that take their image token from the tokenizer (Qwen2VLProcessor) read it here.
         processor_settings["tokenizer_image_token"] = getattr(tokenizer, "image_token", None)
+        # ... and their BOS (MllamaProcessor, PaliGemmaProcessor): the tokenizer's, whatever it is.
+        processor_settings["tokenizer_bos_token"] = getattr(tokenizer, "bos_token", None)
         settings = family.settings_from(image_processor, processor_settings, model_config)
         family = family.bound(settings)
     except CountError as exc:

@@ -99,6 +99,29 @@ def _class_defaults(class_name: str | None, prefix: str) -> dict[str, Any]:
     return {}
 
 
+def _video_processor_name(model_type: str | None) -> str | None:
+    """The video processor class transformers maps a model type to, read from the auto mapping's source.
+
+    Without torchvision transformers blanks these names at import (video_processing_auto.py), and
+    several model types use another's class (MiniCPM-V 4.7: MiniCPMV4_6VideoProcessor).
+    """
+    if not model_type:
+        return None
+    path = _transformers_dir() / "models" / "auto" / "video_processing_auto.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            key, value = node.elts
+            if isinstance(key, ast.Constant) and key.value == model_type and isinstance(value, ast.Dict):
+                for backend in value.values:
+                    if isinstance(backend, ast.Constant) and isinstance(backend.value, str):
+                        return backend.value
+    return None
+
+
 def _read_json(folder: str, filename: str) -> dict[str, Any]:
     path = os.path.join(folder, filename)
     try:
@@ -117,7 +140,7 @@ def _absent_settings(folder: str, attribute: str, processor_dict: dict[str, Any]
         nested = processor_dict.get("video_processor")
         if not config and isinstance(nested, dict):
             config = nested
-        class_name = config.get("video_processor_type")
+        class_name = config.get("video_processor_type") or _video_processor_name(model_type)
         if isinstance(class_name, str):
             settings.update(_class_defaults(class_name, "video_processing"))
         elif model_type:  # transformers blanks its video mapping without torchvision: the model's own file

@@ -24,7 +24,7 @@ from typing import Any
 from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Segment, compose_default
 
 PLACEHOLDER = "<|image|>"
-# MllamaProcessor takes its BOS from the tokenizer; every Llama 3.2 Vision checkpoint uses this one.
+# MllamaProcessor takes its BOS from the tokenizer (read at load); Llama 3.2 Vision checkpoints use this one.
 BOS_TOKEN = "<|begin_of_text|>"
 
 
@@ -39,7 +39,8 @@ def settings_from(
     image_processor: Any, processor_config: dict[str, Any], model_config: dict[str, Any]
 ) -> MllamaSettings:
     """Tile size and tile budget from the image processor (it refuses do_resize/do_pad false itself)."""
-    del processor_config, model_config  # MllamaProcessor's `image_kwargs` default is never merged (typo)
+    del model_config  # MllamaProcessor's `image_kwargs` default is never merged (typo)
+    bos = processor_config.get("tokenizer_bos_token")
     size = image_processor.size
     height, width = getattr(size, "height", None), getattr(size, "width", None)
     if not height or height != width:
@@ -47,7 +48,11 @@ def settings_from(
     tiles = int(image_processor.max_image_tiles)
     if tiles <= 0:
         raise CountError(f"max_image_tiles must be positive, got {tiles}")
-    return MllamaSettings(tile_size=int(height), max_image_tiles=tiles)
+    return MllamaSettings(
+        tile_size=int(height),
+        max_image_tiles=tiles,
+        bos_token=bos if isinstance(bos, str) and bos else BOS_TOKEN,
+    )
 
 
 @lru_cache(maxsize=16)

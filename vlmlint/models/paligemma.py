@@ -52,7 +52,8 @@ def settings_from(
         raise CountError(f"PaliGemma's image processor needs size.height and size.width, got {size}")
     vision = model_config.get("vision_config") or {}
     tokenizer_kwargs = processor_config.get("tokenizer_init_kwargs") or {}
-    bos = tokenizer_kwargs.get("bos_token")
+    # PaliGemmaProcessor writes tokenizer.bos_token (init kwargs may not name it in transformers 5)
+    bos = processor_config.get("tokenizer_bos_token") or tokenizer_kwargs.get("bos_token")
     return PaliGemmaSettings(
         height=int(height),
         width=int(width),
