@@ -1,6 +1,11 @@
 """vlmlint's default path against the naive loop a user would write, on the same data, in one run.
 
     python bench/bench_fast_vs_naive.py [--rows 2000] [--models qwen2-vl,llava-v1.6-mistral-7b,idefics3-8b-llama3]
+    python bench/bench_fast_vs_naive.py --rows 300 --models support:gemma4,support:glm4v
+
+A model `support:MODEL_TYPE` is the support matrix's tiny folder for that model type, built from the
+class defaults (fixtures/support.py): for processors without a formula this measures the
+real-processor fallback (its rows/s) against the same naive loop.
 
 Generates (once, under bench/.data/, git-ignored) a LLaVA JSONL dataset: one or two images per row,
 JPEG and PNG, sizes from 16 px to 4,000 px per side, square and extreme aspect ratios, drawn from a
@@ -111,7 +116,7 @@ def fast_path(manifest: Path, model: str):
     return outcomes, done - loaded, loaded - start
 
 
-def naive_loop(manifest: Path, model: str, outcomes) -> tuple[dict[int, tuple], float]:
+def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[int, tuple], float]:
     """Per row: decode images (load_image semantics) and run the real processor, as a user would."""
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import real_processor
@@ -120,7 +125,13 @@ def naive_loop(manifest: Path, model: str, outcomes) -> tuple[dict[int, tuple], 
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        processor = real_processor(model)
+        if built is not None:  # a support-matrix folder: its processor, video/audio parts absent
+            from fixtures.support import real_processor as support_processor
+
+            processor = support_processor(built.folder, built.processor_class)
+        else:
+            processor = real_processor(model)
+    image_token_id = built.image_token_id if built is not None else processor.image_token_id
     results: dict[int, tuple] = {}
     start = time.perf_counter()
     for outcome in outcomes:
@@ -134,9 +145,11 @@ def naive_loop(manifest: Path, model: str, outcomes) -> tuple[dict[int, tuple], 
                 text = processor.apply_chat_template(conversation_for_template(sample.messages))
             else:
                 text = outcome.result.sample.messages  # not reached for the benchmarked models
-            output = processor(text=[text], images=images or None)
+            # one row's images as one sample (a flat list is one image per sample for some processors)
+            nested = [images] if built is not None and images else images or None
+            output = processor(text=[text], images=nested, **({"return_tensors": "np"} if built else {}))
             ids = list(output["input_ids"][0])
-            results[sample.index] = (len(ids), sum(1 for t in ids if t == processor.image_token_id))
+            results[sample.index] = (len(ids), sum(1 for t in ids if t == image_token_id))
         except Exception as exc:  # the processor refuses the row (e.g. aspect ratio > 200)
             results[sample.index] = ("error", type(exc).__name__)
     return results, time.perf_counter() - start
@@ -169,12 +182,19 @@ def main() -> int:
     print(f"{'model':<28} {'fast rows/s':>12} {'naive rows/s':>13} {'ratio':>8} {'disagree':>9}")
     failures = 0
     for name in args.models.split(","):
-        model = name if os.path.isdir(name) else str(ROOT / "fixtures" / "processors" / name)
+        built = None
+        if name.startswith("support:"):
+            from fixtures.support import build_folder
+
+            built = build_folder(name.removeprefix("support:"), DATA / "support")
+            model = str(built.folder)
+        else:
+            model = name if os.path.isdir(name) else str(ROOT / "fixtures" / "processors" / name)
         if not os.path.isdir(model):
             print(f"{name:<28} (no such processor folder; skipped)")
             continue
         outcomes, fast_seconds, load_seconds = fast_path(manifest, model)
-        naive, naive_seconds = naive_loop(manifest, model, outcomes)
+        naive, naive_seconds = naive_loop(manifest, model, outcomes, built)
         problems = compare(outcomes, naive)
         failures += len(problems)
         fast_rate, naive_rate = len(outcomes) / fast_seconds, len(outcomes) / naive_seconds

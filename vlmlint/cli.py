@@ -829,6 +829,7 @@ def list_models(
 ) -> None:
     """List the built-in model profiles (offline, no download): source checkpoint and settings."""
     from vlmlint.models.profiles import DEFAULT_PROFILE, PROFILES, profile_settings
+    from vlmlint.models.registry import family_for_class
 
     console = Console(highlight=False, soft_wrap=True)
     if all_models:
@@ -860,9 +861,19 @@ def list_models(
             "mistral-v1": "real Mistral-7B SentencePiece",
         }.get(profile.tokenizer)
         text = f"text tokens exact ({bpe})" if profile.exact_text else "text tokens estimated"
+        processor_class = next(
+            (
+                c["processor_class"]
+                for c in files.values()
+                if isinstance(c, dict) and c.get("processor_class")
+            ),
+            None,
+        )
+        family = family_for_class(processor_class)
+        route = f"formula (family {family.name})" if family else "real processor (fallback)"
         console.print(f"[bold]{profile.name}[/]{default}  {profile.title}  from {profile.checkpoint}")
         console.print(f"    {image.get('image_processor_type', '?')}: {shown}")
-        console.print(f"    max_position_embeddings={limit}; {text}")
+        console.print(f"    max_position_embeddings={limit}; {text}; counted by: {route}")
     console.print(
         "A local folder or a hub id passed to --model always wins over a profile of the same name; "
         "--model omitted means the qwen2-vl profile."

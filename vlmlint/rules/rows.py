@@ -330,7 +330,9 @@ class ProcessorRejectsRow(Rule):
     trainer drops the row silently.
 
     **Example** A text-only conversation in a PaliGemma dataset: "PaliGemma requires at least one
-    image per prompt".
+    image per prompt". With a processor vlmlint has no formula for, the real processor is called on
+    every row, and any error it raises there is this finding, with its type and first line
+    ("ValueError: ...").
 
     **Fix** Give the row the image(s) the model expects, or keep such rows out of this model's data.
     """
