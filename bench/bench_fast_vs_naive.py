@@ -199,7 +199,7 @@ def main() -> int:
         failures += len(problems)
         fast_rate, naive_rate = len(outcomes) / fast_seconds, len(outcomes) / naive_seconds
         print(
-            f"{name:<28} {fast_rate:>12.0f} {naive_rate:>13.1f} {fast_rate / naive_rate:>7.0f}x {len(problems):>9d}"
+            f"{name:<28} {fast_rate:>12.0f} {naive_rate:>13.1f} {fast_rate / naive_rate:>7.{0 if fast_rate >= 10 * naive_rate else 1}f}x {len(problems):>9d}"
             f"   (model load {load_seconds:.1f}s, not in the rate)"
         )
         for line in problems[:10]:
