@@ -26,7 +26,7 @@ _TAIL_BYTES = 16384
 _END_MARKERS = {"JPEG": b"\xff\xd9", "MPO": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82", "GIF": b"\x3b"}
 
 
-_FILE_KINDS = {
+FILE_KINDS = {
     stat.S_IFDIR: "directory",
     stat.S_IFIFO: "FIFO",
     stat.S_IFSOCK: "socket",
@@ -88,7 +88,7 @@ def _open(ref: ImageRef):
         raise ImageProblem("unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         # Why: opening a FIFO blocks the scan forever, a device never ends; only regular files are read.
-        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+        kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
         raise ImageProblem("unreadable", f"not a regular file: {ref.reference} (a {kind})")
     return ref.path
 

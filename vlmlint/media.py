@@ -15,16 +15,10 @@ import os
 import stat
 from collections.abc import Callable
 
+from vlmlint.images import FILE_KINDS
 from vlmlint.sample import ImageInfo, ImageRef, MediaInfo, MediaRef
 
 _SNIFF_BYTES = 512
-_FILE_KINDS = {
-    stat.S_IFDIR: "directory",
-    stat.S_IFIFO: "FIFO",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFCHR: "character device",
-    stat.S_IFBLK: "block device",
-}
 # Containers whose leading bytes are printable text: not to be mistaken for a saved text page.
 _TEXT_LIKE_MEDIA = (
     b"#EXTM3U",
@@ -82,7 +76,7 @@ def _problem(ref: MediaRef) -> tuple[str, str] | None:
                 return "missing", f"{ref.kind} file not found: {ref.reference}"
             return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
         if not stat.S_ISREG(mode):  # a FIFO would block the scan, a device never ends
-            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+            kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
             return "unreadable", f"not a regular file: {ref.reference} (a {kind})"
         try:
             with open(ref.path, "rb") as handle:
