@@ -802,7 +802,10 @@ def _support_table(console: Console) -> None:
 
     entries = support.support_matrix()
     table = Table(show_lines=False, pad_edge=False)
-    for column in ("model type", "processor class", "route", "family / reason", "proven"):
+    # The model type is what a reader looks up (and greps for): never folded, whatever the width.
+    width = max((len(entry.model_type) for entry in entries), default=10)
+    table.add_column("model type", no_wrap=True, min_width=width)
+    for column in ("processor class", "route", "family / reason", "proven"):
         table.add_column(column, overflow="fold")
     for entry in entries:
         table.add_row(
