@@ -194,10 +194,9 @@ def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any
             "content": [
                 {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
                 for part in message.parts
-                if not part.media
             ],
         }
-        for message in without_media(messages)
+        for message in without_media(messages)  # no video or audio part is left in these
     ]
 
 
@@ -387,12 +386,8 @@ class Scanner:
 
     def _count_row(self, prepared: _Prepared, rendered: str, decoded: list[Any]) -> None:
         """The fallback: the real processor's __call__ on the whole row gives its length and image tokens."""
-        sample = prepared.sample
-        keys = [ref.path or ref.reference for ref in sample.images]
         try:
-            counted = self.family.count_row(
-                rendered, decoded, keys, self.family.placeholder, self.model.settings
-            )
+            counted = self.family.count_row(rendered, decoded, self.family.placeholder, self.model.settings)
         except CountError as exc:
             prepared.count_error = f"processor: {exc}"
             return

@@ -105,7 +105,7 @@ class Family:
     # M-RoPE models: how many text positions one image's tokens take (Qwen: max(t, h/merge, w/merge)).
     # None: positions advance by one per token.
     position_span: Callable[[ImageCount, Any], int] | None = None
-    # The real-processor fallback: count_row(rendered, decoded images, image keys, placeholder, settings)
+    # The real-processor fallback: count_row(rendered, decoded images, placeholder, settings)
     # counts a whole row with the processor's own __call__ (no formula, no expansion).
     count_row: Callable[..., RowCount] | None = None
 

@@ -292,12 +292,12 @@ class FallbackSettings:
     image_token_ids: frozenset[int]
     # A special token the processor gives no meaning, written between images to find where each starts.
     sentinel: tuple[str, int] | None = None
-    calls: int = 0
+    rows: int = 0  # rows counted (a row may take two calls: see count_row)
     seconds: float = 0.0
 
     @property
     def ms_per_row(self) -> float | None:
-        return 1000 * self.seconds / self.calls if self.calls else None
+        return 1000 * self.seconds / self.rows if self.rows else None
 
 
 def _input_ids(output: Any) -> list[int]:
@@ -331,7 +331,6 @@ def _call(settings: FallbackSettings, text: str, images: Sequence[Any]) -> list[
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CountError(f"{type(exc).__name__}: {message}" if message else type(exc).__name__) from None
     finally:
-        settings.calls += 1
         settings.seconds += time.perf_counter() - started
     return _input_ids(output)
 
@@ -351,9 +350,7 @@ def _runs(ids: list[int], wanted: frozenset[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def count_row(
-    rendered: str, images: Sequence[Any], keys: Sequence[Any], placeholder: str, settings: FallbackSettings
-) -> RowCount:
+def count_row(rendered: str, images: Sequence[Any], placeholder: str, settings: FallbackSettings) -> RowCount:
     """seq_len and each image's tokens for one row, from the processor's own input_ids.
 
     With one image, or one run of image tokens per image, the runs are the images. Otherwise (tiles
@@ -362,7 +359,7 @@ def count_row(
     first call's input_ids, they mark where each image's tokens start. Where they do not, per-image
     counts are left unknown rather than guessed (the row's length stays exact).
     """
-    del keys  # the decoded images themselves are cached by the engine
+    settings.rows += 1
     ids = _call(settings, rendered, images)
     wanted = settings.image_token_ids
     runs = _runs(ids, wanted) if wanted else []
