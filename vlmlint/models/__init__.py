@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, Segment, processor_defaults
+from vlmlint.models.files import model_file
 from vlmlint.models.registry import FAMILIES, find_family
 
 __all__ = [
@@ -85,21 +86,8 @@ class Model:
         }
 
 
-def _model_file(model: str, filename: str) -> str | None:
-    """Path of a file of a local folder or a hub repo (downloaded and cached), or None when absent."""
-    if os.path.isdir(model):
-        path = os.path.join(model, filename)
-        return path if os.path.isfile(path) else None
-    from transformers.utils import cached_file
-
-    try:
-        return cached_file(model, filename, _raise_exceptions_for_missing_entries=False)
-    except OSError:
-        return None
-
-
 def _read_json(model: str, filename: str) -> dict[str, Any]:
-    path = _model_file(model, filename)
+    path = model_file(model, filename)
     if path is None:
         return {}
     try:
@@ -112,7 +100,7 @@ def _read_json(model: str, filename: str) -> dict[str, Any]:
 
 def _read_chat_template(model: str, tokenizer: Any) -> str | None:
     """The processor's chat template (what processor.apply_chat_template uses), else the tokenizer's."""
-    path = _model_file(model, "chat_template.jinja")
+    path = model_file(model, "chat_template.jinja")
     if path is not None:
         with open(path, encoding="utf-8") as handle:
             return handle.read()

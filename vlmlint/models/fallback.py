@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vlmlint.models.base import CountError, Family, ImageCount, RowCount
+from vlmlint.models.files import model_file
 
 # Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
 OPTIONAL_PARTS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
@@ -122,8 +122,11 @@ def _video_processor_name(model_type: str | None) -> str | None:
     return None
 
 
-def _read_json(folder: str, filename: str) -> dict[str, Any]:
-    path = os.path.join(folder, filename)
+def _read_json(model: str, filename: str) -> dict[str, Any]:
+    """One JSON file of the folder or hub repo; {} when absent or unreadable (optional settings only)."""
+    path = model_file(model, filename)
+    if path is None:
+        return {}
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -165,9 +168,7 @@ def processor_class(name: str, class_name: str, trust_remote_code: bool) -> type
     import transformers
 
     if trust_remote_code:
-        auto_map = (
-            (_read_json(name, "processor_config.json").get("auto_map") or {}) if os.path.isdir(name) else {}
-        )
+        auto_map = _read_json(name, "processor_config.json").get("auto_map") or {}
         auto_map = auto_map or (_read_json(name, "preprocessor_config.json").get("auto_map") or {})
         reference = auto_map.get("AutoProcessor") if isinstance(auto_map, dict) else None
         if reference:
