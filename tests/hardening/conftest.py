@@ -168,3 +168,158 @@ def shape(message: str, tmp: Path | None = None) -> str:
 @pytest.fixture(scope="session")
 def record():
     return reliability.record
+
+
+# ---- the guarded run: vlmlint in a subprocess whose opens, listings and program starts are audited ----
+
+_GUARD = textwrap.dedent(
+    r"""
+    import json, os, sys
+    log = os.open(os.environ.pop("VLMLINT_AUDIT_LOG"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # Opens under the interpreter's own folders (stdlib, site-packages) are imports: not recorded.
+    quiet = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    STARTS = {"os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "pty.spawn",
+              "os.startfile", "ctypes.dlopen"}
+    def write(kind, value):
+        os.write(log, (json.dumps([kind, os.getpid(), value]) + "\n").encode())
+    def hook(event, args):
+        if event == "open" or event in ("os.listdir", "os.scandir"):
+            path = args[0] if args else None
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if isinstance(path, str) and path:
+                full = os.path.abspath(path)
+                if not full.startswith(quiet):
+                    write("open" if event == "open" else "list", full)
+        elif event in STARTS:
+            if event == "ctypes.dlopen":
+                return
+            write("start", repr(args)[:500])
+    sys.addaudithook(hook)
+    def peak():
+        import resource
+        own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        write("peak_kb", max(own, children))
+    import atexit
+    atexit.register(peak)
+    sys.argv = ["vlmlint", *sys.argv[1:]]
+    from vlmlint.cli import main
+    main()
+    """
+)
+
+# Programs an image library might start: on PATH in a guarded run, each records that it was called.
+_DECOYS = ("gs", "gsc", "gswin32c", "gswin64c", "convert", "magick", "identify", "ffmpeg", "ffprobe", "xdg-open")
+
+
+@dataclass(frozen=True)
+class GuardedRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+    opened: tuple[str, ...]  # absolute paths opened (outside the interpreter's folders), any process
+    listed: tuple[str, ...]  # folders listed
+    started: tuple[str, ...]  # programs started (audit events and decoys called)
+    peak_mb: int  # peak resident memory of vlmlint and its workers
+
+    @property
+    def report(self) -> dict:
+        return json.loads(self.stdout)
+
+    def codes(self) -> list[str]:
+        return sorted({finding["code"] for finding in self.report["findings"]})
+
+    def error_line(self, tmp: Path | None = None) -> str:
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
+        return text.replace(str(tmp), "<tmp>") if tmp is not None else text
+
+    def touched(self, folder: Path) -> list[str]:
+        """Paths under `folder` (resolved) that were opened or listed."""
+        prefix = os.path.realpath(folder)
+        return [
+            path
+            for path in (*self.opened, *self.listed)
+            if os.path.realpath(path) == prefix or os.path.realpath(path).startswith(prefix + os.sep)
+        ]
+
+
+def run_guarded(
+    *args: str,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    memory_mb: int | None = None,
+    env: dict | None = None,
+) -> GuardedRun:
+    """`vlmlint ARGS` in a subprocess with every open, listing and program start recorded.
+
+    A guarded run also asserts what every hostile case must give: an exit code 0, 1 or 2, no
+    traceback, no "internal error", and no program started. Callers check `touched(outside)`,
+    `peak_mb` and the outcome. `memory_mb` sets an address-space limit (RLIMIT_AS) as a backstop.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="vlmlint-guard-") as scratch:
+        scratch_path = Path(scratch)
+        decoys = scratch_path / "bin"
+        decoys.mkdir()
+        called = scratch_path / "called"
+        for name in _DECOYS:
+            program = decoys / name
+            program.write_text(f'#!/bin/sh\necho {name} "$@" >> "{called}"\nexit 1\n')
+            program.chmod(0o755)
+        audit = scratch_path / "audit.log"
+        run_env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+            "PATH": f"{decoys}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VLMLINT_AUDIT_LOG": str(audit),
+            **(env or {}),
+        }
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _GUARD, *args],
+                capture_output=True,
+                timeout=timeout,
+                cwd=cwd or ROOT,
+                env=run_env,
+                preexec_fn=_limit_memory(memory_mb) if memory_mb else None,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"vlmlint {' '.join(args)} did not finish within {timeout} s")
+        opened, listed, started, peak_kb = [], [], [], 0
+        for line in audit.read_text(encoding="utf-8", errors="replace").splitlines() if audit.exists() else ():
+            try:
+                kind, _pid, value = json.loads(line)
+            except ValueError:
+                continue
+            if kind == "open":
+                opened.append(value)
+            elif kind == "list":
+                listed.append(value)
+            elif kind == "start":
+                started.append(value)
+            elif kind == "peak_kb":
+                peak_kb = max(peak_kb, int(value))
+        if called.exists():
+            started.extend(called.read_text().splitlines())
+        ignored = (str(scratch_path),)
+    stdout = done.stdout.decode("utf-8", errors="replace")
+    stderr = done.stderr.decode("utf-8", errors="replace")
+    run = GuardedRun(
+        done.returncode,
+        stdout,
+        stderr,
+        tuple(p for p in opened if not p.startswith(ignored)),
+        tuple(p for p in listed if not p.startswith(ignored)),
+        tuple(started),
+        peak_kb // 1024,
+    )
+    assert run.exit_code in (0, 1, 2), f"exit {run.exit_code}: {stderr[-3000:]}"
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "internal error" not in stderr, stderr[-3000:]
+    assert not run.started, f"programs started: {run.started}"
+    return run

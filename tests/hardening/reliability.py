@@ -39,6 +39,32 @@ AREAS = {
         "Image and data-file paths that leave the dataset folder, and URLs.",
     ),
     "processor": ("Processor folders", "A processor that needs code from its repository."),
+    "config": (
+        "Config files and flags",
+        "A config file found in the scanned repository (a pull request's own pyproject.toml or vlmlint.toml) "
+        "cannot relax safety; every key's type and range is checked.",
+    ),
+    "external": (
+        "External programs",
+        "Files that would make an image library start another program (Ghostscript for EPS): none is ever "
+        "started.",
+    ),
+    "bounds": (
+        "Memory and time",
+        "Inputs built to exhaust memory or time (TIFF strips, tar headers, parquet values, huge rows, "
+        "decompression bombs, sidecar files): each meets a stated bound, then a finding or a one-line "
+        "refusal, with peak memory under 1 GiB.",
+    ),
+    "models": (
+        "Model folders",
+        "Model folders with absurd settings, huge tokenizer files, files that are symlinks out of the folder, "
+        "and chat templates that loop or grow without end.",
+    ),
+    "outputs": (
+        "Outputs, checkpoints and signals",
+        "Report targets that are special files or folders, tampered checkpoints and baselines, interruptions "
+        "and closed pipes, untrusted names in every report format.",
+    ),
     "untouched": (
         "The dataset is never written",
         "Every file of fixtures/datasets (path, size, sha256, mode, mtime) before and after scans in "
