@@ -13,6 +13,8 @@ import errno
 import io
 import os
 import stat
+import struct
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -33,6 +35,34 @@ FILE_KINDS = {
     stat.S_IFCHR: "character device",
     stat.S_IFBLK: "block device",
 }
+
+
+# The formats vlmlint opens (PIL's names), on the header and the decode path alike. Never EPS / PS (PIL
+# starts Ghostscript to load them) nor the plugins that only identify a file for an external handler
+# (WMF/EMF, MPEG, FITS, HDF5, GRIB, BUFR); a file of another format is VLM201, named.
+IMAGE_FORMATS = (
+    "JPEG",
+    "PNG",
+    "GIF",
+    "WEBP",
+    "BMP",
+    "DIB",
+    "TIFF",
+    "AVIF",
+    "HEIF",
+    "ICO",
+    "JPEG2000",
+    "PPM",
+    "TGA",
+    "QOI",
+)
+# What one header read may cost: bytes read from the file (WebP and AVIF headers read the whole file) and,
+# for TIFF, numeric values in the first IFD's tags (StripOffsets...), which PIL unpacks into Python ints
+# and one tile per strip (1M strips: some 350 MB and 3 s).
+MAX_HEADER_BYTES = 64 * 2**20
+MAX_TIFF_TAG_VALUES = 2**19
+# An embedded image (a data: URI, a dataset's stored bytes) above this is not decoded nor read: VLM201.
+MAX_EMBEDDED_IMAGE_BYTES = 32 * 2**20
 
 
 class ImageProblem(Exception):
@@ -57,50 +87,180 @@ class ImageHeader:
     transparency: bool = False
 
 
-MAX_REMOTE_BYTES = 64 * 1024 * 1024
+MAX_REMOTE_BYTES = 32 * 2**20
+# The whole download's deadline: the socket timeout bounds each read, not a server that trickles a byte
+# every few seconds.
+REMOTE_DEADLINE_S = 30.0
+_REMOTE_CHUNK = 64 * 1024
 
 
 def fetch(url: str, timeout: float = 20.0) -> bytes:
     """Download an image for --allow-remote: bounded in size and time; errors become ImageProblem."""
     import urllib.request
 
+    deadline = time.monotonic() + REMOTE_DEADLINE_S
+    chunks: list[bytes] = []
+    received = 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http(s) only, checked by the reader)
-            data = response.read(MAX_REMOTE_BYTES + 1)
+        with urllib.request.urlopen(url, timeout=min(timeout, REMOTE_DEADLINE_S)) as response:  # noqa: S310 (http(s) only, checked by the reader)
+            while received <= MAX_REMOTE_BYTES:
+                if time.monotonic() > deadline:
+                    message = f"cannot fetch {url}: not complete within {REMOTE_DEADLINE_S:g} s ({received:,} bytes)"
+                    raise ImageProblem("unreadable", message)
+                # What has arrived, at most a chunk: the deadline is checked between reads.
+                chunk = response.read1(_REMOTE_CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                received += len(chunk)
     except (OSError, ValueError) as exc:
         raise ImageProblem("missing", f"cannot fetch {url}: {exc}") from None
-    if len(data) > MAX_REMOTE_BYTES:
+    if received > MAX_REMOTE_BYTES:
         raise ImageProblem("unreadable", f"{url} is larger than {MAX_REMOTE_BYTES // 2**20} MiB; not read")
-    return data
+    return b"".join(chunks)
 
 
-def _open(ref: ImageRef):
+def _embedded_too_large(reference: str, size: int) -> ImageProblem:
+    return ImageProblem(
+        "unreadable",
+        f"embedded image {reference} holds {size:,} bytes, above the {MAX_EMBEDDED_IMAGE_BYTES // 2**20} MiB "
+        "vlmlint reads; store it as a file",
+    )
+
+
+def _open(ref: ImageRef) -> io.BufferedIOBase:
+    """The image's bytes as one open stream: a buffer, or the regular file opened once, without blocking."""
     if ref.url is not None:
         raise ImageProblem("remote", f"{ref.url} is a URL; vlmlint does not fetch images")
+    refused = getattr(ref, "problem", None)
+    if refused:
+        raise ImageProblem("unreadable", refused)
     if ref.data is not None:
+        if len(ref.data) > MAX_EMBEDDED_IMAGE_BYTES:
+            raise _embedded_too_large(ref.reference, len(ref.data))
         return io.BytesIO(ref.data)
     assert ref.path is not None
+    return open_regular(ref.path, ref.reference)
+
+
+def open_regular(path: str, reference: str | None = None) -> io.BufferedReader:
+    """Open a regular file for reading, or raise ImageProblem: never blocks on a FIFO, never reads a device.
+
+    The check is made on the open descriptor (fstat), so a file swapped for a FIFO after a stat cannot
+    hang the scan in open(): O_NONBLOCK makes that open return at once.
+    """
+    reference = reference or path
     try:
-        mode = os.stat(ref.path).st_mode
+        mode = os.stat(path).st_mode  # first, for the kind in the message (a socket cannot be opened)
+        if stat.S_ISREG(mode):
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(descriptor)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
-            raise ImageProblem("missing", f"image file not found: {ref.reference}") from None
-        raise ImageProblem("unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}") from None
+            raise ImageProblem("missing", f"image file not found: {reference}") from None
+        raise ImageProblem("unreadable", f"cannot open {reference}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         # Why: opening a FIFO blocks the scan forever, a device never ends; only regular files are read.
         kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
-        raise ImageProblem("unreadable", f"not a regular file: {ref.reference} (a {kind})")
-    return ref.path
+        raise ImageProblem("unreadable", f"not a regular file: {reference} (a {kind})")
+    return os.fdopen(descriptor, "rb")
 
 
-def _tail(ref: ImageRef) -> bytes:
-    if ref.data is not None:
-        return ref.data[-_TAIL_BYTES:]
-    assert ref.path is not None
-    with open(ref.path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - _TAIL_BYTES))
-        return handle.read()
+def open_image(stream) -> Image.Image:
+    """PIL's lazy open restricted to IMAGE_FORMATS: no plugin that starts a program is ever tried."""
+    return Image.open(stream, formats=_formats())
+
+
+_OPENABLE: tuple[str, ...] | None = None
+
+
+def _formats() -> tuple[str, ...]:
+    global _OPENABLE
+    if _OPENABLE is None:
+        Image.init()  # every plugin registered: HEIF only where a plugin provides it
+        _OPENABLE = tuple(name for name in IMAGE_FORMATS if name in Image.OPEN)
+    return _OPENABLE
+
+
+def _other_format(stream) -> str | None:
+    """The PIL format a file vlmlint does not open would have been read as (from its first bytes only)."""
+    stream.seek(0)
+    prefix = stream.read(16)
+    for name, (_, accept) in Image.OPEN.items():
+        if name not in IMAGE_FORMATS and accept is not None:
+            try:
+                if accept(prefix) is True:
+                    return name
+            except Exception:  # an accept() that cannot judge 16 bytes judges nothing
+                continue
+    return None
+
+
+class _Capped:
+    """A read-only view of a stream that stops a header read after MAX_HEADER_BYTES."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.read_bytes = 0
+
+    def _count(self, data: bytes) -> bytes:
+        self.read_bytes += len(data)
+        if self.read_bytes > MAX_HEADER_BYTES:
+            raise _HeaderTooLarge()
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = MAX_HEADER_BYTES + 1 - self.read_bytes
+        return self._count(self._stream.read(size))
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._count(self._stream.readline(size if size and size > 0 else MAX_HEADER_BYTES))
+
+    def __getattr__(self, name):  # seek, tell, fileno...
+        return getattr(self._stream, name)
+
+
+class _HeaderTooLarge(Exception):
+    pass
+
+
+def _tiff_values(stream, size: int) -> int:
+    """How many numeric values the first IFD of a TIFF declares (what PIL unpacks at open); 0 if not TIFF."""
+    stream.seek(0)
+    head = stream.read(16)
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        order, big = "<" if head[:2] == b"II" else ">", False
+        offset = struct.unpack(order + "I", head[4:8])[0]
+    elif head[:4] in (b"II+\x00", b"MM\x00+") and len(head) == 16:  # BigTIFF
+        order, big = "<" if head[:2] == b"II" else ">", True
+        offset = struct.unpack(order + "Q", head[8:16])[0]
+    else:
+        return 0
+    if offset >= size:
+        return 0  # PIL reports the IFD past the end itself
+    stream.seek(offset)
+    count_bytes = stream.read(8 if big else 2)
+    if len(count_bytes) < (8 if big else 2):
+        return 0
+    entries = struct.unpack(order + ("Q" if big else "H"), count_bytes)[0]
+    entry_size = 20 if big else 12
+    table = stream.read(min(entries, 65536) * entry_size)
+    values = 0
+    for start in range(0, len(table) - entry_size + 1, entry_size):
+        kind = struct.unpack(order + "H", table[start + 2 : start + 4])[0]
+        count = struct.unpack(order + ("Q" if big else "I"), table[start + 4 : start + (12 if big else 8)])[0]
+        if kind not in (1, 2, 7):  # BYTE, ASCII and UNDEFINED stay bytes, bounded by the file's size
+            values += count
+    return values
+
+
+def _tail(stream) -> bytes:
+    stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, stream.tell() - _TAIL_BYTES))
+    return stream.read()
 
 
 def _decodable(width: int, height: int, max_pixels: int | None) -> bool:
@@ -109,11 +269,11 @@ def _decodable(width: int, height: int, max_pixels: int | None) -> bool:
     return not limits or width * height <= min(limits)
 
 
-def _looks_truncated(ref: ImageRef, image_format: str | None) -> bool:
+def _looks_truncated(stream, image_format: str | None) -> bool:
     marker = _END_MARKERS.get(image_format or "")
     if marker is None:
         return False
-    tail = _tail(ref).rstrip(b"\x00\r\n ")
+    tail = _tail(stream).rstrip(b"\x00\r\n ")
     if image_format == "GIF":
         return not tail.endswith(marker)
     return marker not in tail
@@ -177,79 +337,114 @@ def _raw_data_end(image: Image.Image) -> int | None:
     return end
 
 
-def _box_data_end(ref: ImageRef) -> int | None:
+def _box_data_end(stream) -> int | None:
     """Where an AVIF/HEIF file's last top-level ISOBMFF box ends, from the box headers (None: unknown)."""
-    stream = io.BytesIO(ref.data) if ref.data is not None else open(ref.path, "rb")
-    with stream:
-        position = 0
-        for _ in range(4096):  # a handful of boxes in practice (ftyp, meta, mdat); the bound guards the loop
-            stream.seek(position)
-            header = stream.read(16)
-            if len(header) < 8:
-                return position
-            size = int.from_bytes(header[:4], "big")
-            if size == 1 and len(header) == 16:
-                size = int.from_bytes(header[8:16], "big")  # a 64-bit size follows the type
-            if size < 8:
-                return None  # 0: the box runs to the end of the file; below 8: not a box header
-            position += size
+    position = 0
+    for _ in range(4096):  # a handful of boxes in practice (ftyp, meta, mdat); the bound guards the loop
+        stream.seek(position)
+        header = stream.read(16)
+        if len(header) < 8:
+            return position
+        size = int.from_bytes(header[:4], "big")
+        if size == 1 and len(header) == 16:
+            size = int.from_bytes(header[8:16], "big")  # a 64-bit size follows the type
+        if size < 8:
+            return None  # 0: the box runs to the end of the file; below 8: not a box header
+        position += size
     return None
 
 
-def _size_of(ref: ImageRef) -> int:
-    if ref.data is not None:
-        return len(ref.data)
-    assert ref.path is not None
-    return os.path.getsize(ref.path)
+def _size_of(stream) -> int:
+    if isinstance(stream, io.BytesIO):
+        return stream.getbuffer().nbytes
+    return os.fstat(stream.fileno()).st_size
+
+
+def _unsupported(stream, reference: str) -> ImageProblem:
+    other = _other_format(stream)
+    if other is None:
+        return ImageProblem("unreadable", f"not an image file PIL can read: {reference}")
+    return ImageProblem(
+        "unreadable",
+        f"{reference} is in {other} format, not one vlmlint reads ({', '.join(_formats())}); "
+        "convert it, e.g. to PNG",
+    )
+
+
+def _first_warning(caught: list) -> str:
+    return f" (PIL: {caught[0].message})" if caught else ""
 
 
 def read_header(ref: ImageRef, max_decode_pixels: int | None = None) -> ImageHeader:
     """Size, format and mode from the header alone; raises ImageProblem for unusable images.
 
     A file that looks truncated is decoded once to confirm, unless it has more pixels than PIL's
-    limit or `max_decode_pixels` (the bomb_pixels threshold): such images are never decoded.
+    limit or `max_decode_pixels` (the bomb_pixels threshold): such images are never decoded. The read
+    is bounded (MAX_HEADER_BYTES, MAX_TIFF_TAG_VALUES) and PIL's warnings are kept off stderr.
     """
-    source = _open(ref)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+    with _open(ref) as stream:
+        return _read_header(ref, stream, max_decode_pixels)
+
+
+def _read_header(ref: ImageRef, stream, max_decode_pixels: int | None) -> ImageHeader:
+    size = _size_of(stream)
+    values = _tiff_values(stream, size)
+    if values > MAX_TIFF_TAG_VALUES:
+        raise ImageProblem(
+            "unreadable",
+            f"TIFF {ref.reference} declares {values:,} values in its tags (strips, tiles...), above the "
+            f"{MAX_TIFF_TAG_VALUES:,} vlmlint reads; not read",
+        )
+    stream.seek(0)
+    capped = _Capped(stream)
+    # Why record: a hostile TIFF makes PIL warn once per tag (thousands of lines on stderr).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
             previous_limit = Image.MAX_IMAGE_PIXELS
             Image.MAX_IMAGE_PIXELS = None  # only the header is read here; size limits are a rule's business
             try:
-                image = Image.open(source)
+                image = open_image(capped)
             finally:
                 Image.MAX_IMAGE_PIXELS = previous_limit
-        with image:
-            width, height = _stored_size(image)
-            image_format, mode = image.format, image.mode
-            orientation = _orientation(image)
-            # What transformers' convert_to_rgb composites on white (load_image's convert("RGB") drops it).
-            transparency = (
-                bool({"A", "a"} & set(image.getbands())) or image.info.get("transparency") is not None
+            with image:
+                width, height = _stored_size(image)
+                image_format, mode = image.format, image.mode
+                orientation = _orientation(image)
+                # What transformers' convert_to_rgb composites on white (load_image's convert("RGB") drops it).
+                transparency = (
+                    bool({"A", "a"} & set(image.getbands())) or image.info.get("transparency") is not None
+                )
+                animated = _animated(image)
+                if image_format == "TIFF":
+                    data_end = _tiff_data_end(image)
+                elif image_format in ("AVIF", "HEIF"):
+                    data_end = _box_data_end(stream)
+                else:
+                    data_end = _raw_data_end(image)
+        except _HeaderTooLarge:
+            message = (
+                f"image header of {ref.reference} is larger than {MAX_HEADER_BYTES // 2**20} MiB; not read"
             )
-            animated = _animated(image)
-            if image_format == "TIFF":
-                data_end = _tiff_data_end(image)
-            elif image_format in ("AVIF", "HEIF"):
-                data_end = _box_data_end(ref)
-            else:
-                data_end = _raw_data_end(image)
-    except UnidentifiedImageError:
-        raise ImageProblem("unreadable", f"not an image file PIL can read: {ref.reference}") from None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageProblem("unreadable", f"cannot read image header of {ref.reference}: {exc}") from None
-    except Exception as exc:  # PIL's plugins raise struct.error, IndexError, EOFError... on hostile bytes
-        message = f"cannot read image header of {ref.reference}: {type(exc).__name__}: {exc}"
-        raise ImageProblem("unreadable", message) from None
+            raise ImageProblem("unreadable", message) from None
+        except UnidentifiedImageError:
+            raise _unsupported(stream, ref.reference) from None
+        except (OSError, SyntaxError, ValueError) as exc:
+            message = f"cannot read image header of {ref.reference}: {exc}{_first_warning(caught)}"
+            raise ImageProblem("unreadable", message) from None
+        except Exception as exc:  # PIL's plugins raise struct.error, IndexError, EOFError... on hostile bytes
+            message = f"cannot read image header of {ref.reference}: {type(exc).__name__}: {exc}"
+            raise ImageProblem("unreadable", message + _first_warning(caught)) from None
     if width <= 0 or height <= 0:
         raise ImageProblem("unreadable", f"image {ref.reference} has an empty size {width}x{height}")
     # Pixel data running past the end of the file (TIFF, BMP, AVIF), or a missing end marker: confirm with
     # one real decode, so that files with trailing data after the marker pass. Never for images above
     # the pixel limits, not even to confirm: VLM202 reports those.
     if _decodable(width, height, max_decode_pixels) and (
-        (data_end is not None and data_end > _size_of(ref)) or _looks_truncated(ref, image_format)
+        (data_end is not None and data_end > size) or _looks_truncated(stream, image_format)
     ):
-        decode_image(ref)
+        stream.seek(0)
+        _decode(ref, stream)
     shown_width, shown_height = (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
     return ImageHeader(
         shown_width, shown_height, image_format, mode, orientation, width, height, animated, transparency
@@ -258,17 +453,24 @@ def read_header(ref: ImageRef, max_decode_pixels: int | None = None) -> ImageHea
 
 def decode_image(ref: ImageRef) -> Image.Image:
     """Decode fully as transformers' load_image does: EXIF transpose, then RGB."""
-    source = _open(ref)
-    try:
-        with Image.open(source) as image:
-            image.load()
-            return ImageOps.exif_transpose(image).convert("RGB")
-    except Image.DecompressionBombError as exc:
-        raise ImageProblem("unreadable", f"{ref.reference}: {exc}") from None
-    except UnidentifiedImageError:
-        raise ImageProblem("unreadable", f"not an image file PIL can read: {ref.reference}") from None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageProblem("unreadable", f"image {ref.reference} is truncated or corrupt: {exc}") from None
-    except Exception as exc:  # as in read_header: any decoder failure is the file's, not the scan's
-        message = f"image {ref.reference} is truncated or corrupt: {type(exc).__name__}: {exc}"
-        raise ImageProblem("unreadable", message) from None
+    with _open(ref) as stream:
+        return _decode(ref, stream)
+
+
+def _decode(ref: ImageRef, stream) -> Image.Image:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with open_image(stream) as image:
+                image.load()
+                return ImageOps.exif_transpose(image).convert("RGB")
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise ImageProblem("unreadable", f"{ref.reference}: {exc}") from None
+        except UnidentifiedImageError:
+            raise _unsupported(stream, ref.reference) from None
+        except (OSError, SyntaxError, ValueError) as exc:
+            message = f"image {ref.reference} is truncated or corrupt: {exc}{_first_warning(caught)}"
+            raise ImageProblem("unreadable", message) from None
+        except Exception as exc:  # as in read_header: any decoder failure is the file's, not the scan's
+            message = f"image {ref.reference} is truncated or corrupt: {type(exc).__name__}: {exc}"
+            raise ImageProblem("unreadable", message + _first_warning(caught)) from None

@@ -302,18 +302,16 @@ def test_symlink_loop_and_dangling_symlink(tmp_path, model, record):
 
 
 def test_unreadable_file_simulated(tmp_path, model, monkeypatch, record):
-    import builtins
-
     noise().save(tmp_path / "locked.jpg")
     target = str(tmp_path / "locked.jpg")
-    real_open = builtins.open
+    real_open = os.open
 
     def guarded(file, *args, **kwargs):  # what chmod 000 does for a user other than root
         if str(file) == target:
             raise PermissionError(13, "Permission denied", target)
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", guarded)
+    monkeypatch.setattr(os, "open", guarded)  # vlmlint opens images with os.open (O_NONBLOCK)
     codes, messages = scan(tmp_path, ["locked.jpg"], model)["locked.jpg"]
     assert codes == ["VLM201"] and "Permission denied" in messages[0]
     record(

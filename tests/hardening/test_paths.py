@@ -32,7 +32,13 @@ def opened(monkeypatch):
     real_open = vlmlint.images.Image.open
 
     def spy(source, *args, **kwargs):
-        seen.append(os.path.realpath(source) if isinstance(source, str) else "<bytes>")
+        name = getattr(source, "name", None)  # vlmlint hands PIL the file it opened (os.open, O_NONBLOCK)
+        if isinstance(source, str):
+            seen.append(os.path.realpath(source))
+        elif isinstance(name, int):
+            seen.append(os.path.realpath(f"/proc/self/fd/{name}"))
+        else:
+            seen.append("<bytes>")
         return real_open(source, *args, **kwargs)
 
     monkeypatch.setattr(vlmlint.images.Image, "open", spy)

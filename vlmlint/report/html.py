@@ -147,6 +147,8 @@ def thumbnail(ref: ImageRef, info: ImageInfo | None, *, allow_outside_root: bool
         return Preview(None, "outside the dataset folder: not read (--allow-outside-root)")
     if info is not None and info.width and info.height and info.width * info.height > MAX_PREVIEW_PIXELS:
         return _too_large(info.width, info.height)
+    if info is not None and info.error_code == "unreadable" and info.error:  # read once, not twice
+        return Preview(None, f"unreadable: {_reason(Exception(info.error))}")
     if ref.data is not None:
         source: Any = io.BytesIO(ref.data)
     elif ref.path is None or not os.path.exists(ref.path):
@@ -157,11 +159,16 @@ def thumbnail(ref: ImageRef, info: ImageInfo | None, *, allow_outside_root: bool
         source = ref.path
     from PIL import Image, ImageOps
 
+    from vlmlint.images import open_image, open_regular
+
     try:
         with warnings.catch_warnings():
             # Above the limit PIL only warns (it raises above twice it): refuse both before decoding.
+            warnings.simplefilter("ignore")
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(source) as image:
+            if isinstance(source, str):  # no FIFO swapped in after the check, no program-starting plugin
+                source = open_regular(source, ref.reference)
+            with source, open_image(source) as image:
                 width, height = image.size
                 if width * height > MAX_PREVIEW_PIXELS:
                     return _too_large(width, height)
