@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import orjson
 import pytest
@@ -75,7 +76,8 @@ def test_cli_reads_vlmlint_toml(tmp_path, monkeypatch):
         "conversations": [{"from": "human", "value": "<image>\nHi"}, {"from": "gpt", "value": "Yo"}],
     }
     (tmp_path / "data.jsonl").write_text(json.dumps(row) + "\n")
-    (tmp_path / "vlmlint.toml").write_text(f'model = "{MODEL}"\nmax-length = 10\n')
+    shutil.copytree(MODEL, tmp_path / "proc")  # a found config's model folder lies inside its folder
+    (tmp_path / "vlmlint.toml").write_text('model = "proc"\nmax-length = 10\n')
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["scan", "data.jsonl", "--format", "json"])
     assert result.exit_code == 1, result.output
@@ -133,8 +135,9 @@ def test_cli_per_source_ignores_drop_findings_of_matching_files(tmp_path, monkey
     legacy.mkdir(parents=True)
     (legacy / "old.jsonl").write_text(json.dumps(bad) + "\n")
     (tmp_path / "data" / "new.jsonl").write_text(json.dumps({**bad, "id": "2"}) + "\n")
+    shutil.copytree(MODEL, tmp_path / "proc")
     (tmp_path / "pyproject.toml").write_text(
-        f'[tool.vlmlint]\nmodel = "{MODEL}"\nper-source-ignores = {{ "data/legacy/*.jsonl" = ["VLM1"] }}\n'
+        f'[tool.vlmlint]\nmodel = "{tmp_path / "proc"}"\nper-source-ignores = {{ "data/legacy/*.jsonl" = ["VLM1"] }}\n'
     )
     sub = tmp_path / "data"
     for cwd, target in ((tmp_path, "data"), (sub, ".")):  # globs start at the config file's folder

@@ -6,6 +6,7 @@ Exit codes: 0 no finding at or above --fail-on; 1 such findings; 2 usage or inte
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import typing
@@ -55,9 +56,21 @@ def _stderr() -> Console:
 def _fail(message: str) -> typer.Exit:
     from rich.markup import escape
 
-    # Why escape: messages hold brackets ("folder[train]", "vlmlint[ray]") that are not markup.
-    _stderr().print(f"[bold red]vlmlint:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    from vlmlint.report.safe import printable
+
+    # Why escape: messages hold brackets ("folder[train]", "vlmlint[ray]") that are not markup; and
+    # file names from the dataset may hold newlines or escape sequences (printable: one safe line).
+    _stderr().print(
+        f"[bold red]vlmlint:[/] {escape(printable(message))}", markup=True, highlight=False, soft_wrap=True
+    )
     return typer.Exit(EXIT_ERROR)
+
+
+def _say(message: str) -> None:
+    """One line on stderr, as it is (no markup), with the dataset's names made printable."""
+    from vlmlint.report.safe import printable
+
+    _stderr().print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
 def _progress(enabled: bool):
@@ -155,7 +168,12 @@ def scan(
     ] = None,
     config_file: Annotated[
         str | None,
-        typer.Option("--config", help="A vlmlint.toml or pyproject.toml (default: the nearest one found)."),
+        typer.Option(
+            "--config",
+            help="A vlmlint.toml or pyproject.toml (default: the nearest one found, which cannot turn on "
+            "trust-remote-code, allow-remote, allow-outside-root, an image-root or model folder outside its "
+            "folder, or more jobs than cores: a pull request could).",
+        ),
     ] = None,
     output_format: Annotated[
         OutputFormat,
@@ -237,11 +255,10 @@ def scan(
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
     from vlmlint.checkpoint import Position
-    from vlmlint.engine import Scanner
+    from vlmlint.engine import ResumeMismatch, Scanner
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
-    from vlmlint.report import Summary, build_report, row_record, write_report_file
-    from vlmlint.report.json_report import settings_record
+    from vlmlint.report import Summary, row_record
 
     flags = {
         "model": model,
@@ -268,6 +285,8 @@ def scan(
     }
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
+    for option, target in (("--report", report), ("--write-baseline", write_baseline)):
+        _check_target(option, target)  # a folder or a missing folder: refused before hours of scanning
     exact = config.exact
     from vlmlint.pipelines import PipelineError
 
@@ -280,7 +299,7 @@ def scan(
     from vlmlint.verify import Verifier
 
     if scanner.model.notice and not quiet:
-        _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
+        _say(f"vlmlint: {scanner.model.notice}")
     if engine is Engine.ray:  # the same scan as a Ray Data job; a Ray it starts stops at exit
         from vlmlint.ray_engine import RayScanner, RayUnavailable
 
@@ -290,6 +309,7 @@ def scan(
             raise _fail(str(exc)) from None
 
     stdout = _OutputFile(output) if output else sys.stdout
+    pipe_closed = False  # the reader of stdout went away (`| head`): nothing more is written there
     summary = Summary()
     unreadable: list[str] = []  # datasets of a multi-dataset scan that could not be opened
     # --exact already is the real image processor, and so is the fallback for every row
@@ -303,7 +323,7 @@ def scan(
             for index, dataset in enumerate(datasets):  # one model, one summary: one report for all
                 if index < start.dataset_index:
                     continue  # done before the interruption (--resume)
-                task = progress.add_task(f"scanning {dataset}", total=None)
+                task = progress.add_task(_escaped_markup(f"scanning {dataset}"), total=None)
                 rows = start.rows if index == start.dataset_index else 0
                 try:
                     for outcome in scanner.scan(dataset, skip=rows):
@@ -316,18 +336,21 @@ def scan(
                         if checkpoint is not None:
                             checkpoint.record(outcome.findings)
                             checkpoint.maybe_save(summary, Position(index, rows))
-                        if output_format.value == "jsonl":
-                            if all_rows:
-                                stdout.write(dumps_line(row_record(outcome)))
-                            else:
-                                for finding in outcome.findings:
-                                    stdout.write(dumps_line(finding.to_dict()))
+                        if output_format.value == "jsonl" and not pipe_closed:
+                            try:
+                                if all_rows:
+                                    stdout.write(dumps_line(row_record(outcome)))
+                                else:
+                                    for finding in outcome.findings:
+                                        stdout.write(dumps_line(finding.to_dict()))
+                            except BrokenPipeError:  # `| head`: the scan goes on for the exit code
+                                pipe_closed = _silence(stdout)
                 except DatasetError as exc:
                     if len(datasets) == 1:
                         raise
                     # Why go on: a pre-commit run should still report the other files' rows.
                     unreadable.append(dataset)
-                    _stderr().print(f"vlmlint: skipped: {exc}", highlight=False, soft_wrap=True)
+                    _say(f"vlmlint: skipped: {exc}")
                 if checkpoint is not None:
                     checkpoint.maybe_save(summary, Position(index + 1, 0), force=True)
         if verifier.size:
@@ -342,16 +365,13 @@ def scan(
     except DatasetError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
+    except ResumeMismatch as exc:  # the checkpoint's row count is beyond the dataset's end
+        _discard(stdout)
+        raise _fail(f"{exc}; delete {resume} and {resume}.findings to start over") from None
     except (KeyboardInterrupt, _Terminated) as exc:
         # Why not just exit: hours of scanning are worth a partial report (rows so far, marked incomplete).
         interrupted = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
-        _stderr().print(
-            f"vlmlint: interrupted ({interrupted}) after {summary.samples} rows; writing a partial report",
-            highlight=False,
-            soft_wrap=True,
-        )
-    except BrokenPipeError:
-        raise  # the reader of stdout went away (e.g. `| head`); main() ends quietly
+        _say(f"vlmlint: interrupted ({interrupted}) after {summary.samples} rows; writing a partial report")
     except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
         _discard(stdout)
         raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
@@ -359,79 +379,22 @@ def scan(
         if checkpoint is not None:  # the last periodic save stays for --resume if the scan stopped
             checkpoint.close()
     if checkpoint is not None and (start.dataset_index or start.rows):
-        _stderr().print(
+        _say(
             f"vlmlint: resumed from {resume}: {start.rows} row(s) of dataset {start.dataset_index + 1} "
-            f"and {start.dataset_index} earlier dataset(s) were counted before the interruption",
-            highlight=False,
-            soft_wrap=True,
+            f"and {start.dataset_index} earlier dataset(s) were counted before the interruption"
         )
-
-    settings = settings_record(config, scanner.context.max_length)
-    if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
-        settings["datasets"] = list(datasets)
-        settings["unreadable"] = unreadable
-    full_report = build_report(summary, scanner.model.describe(timing=True), settings)
-    if interrupted:
-        full_report["incomplete"] = {
-            "reason": f"interrupted by {interrupted}",
-            "rows_scanned": summary.samples,
-        }
-    if baseline is not None:
-        full_report["summary"]["baseline"] = baseline.to_dict()
-        _stderr().print(
-            f"vlmlint: baseline {baseline.path}: {baseline.suppressed} finding(s) suppressed, "
-            f"{baseline.stale} stale (no longer found)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    if report:
-        try:
-            write_report_file(report, full_report)
-        except OSError as exc:  # a missing folder, a full disk: one line, exit 2, no partial file left
-            _discard(stdout)
-            raise _fail(f"--report {report}: cannot write: {exc.strerror or exc}") from None
-    if output_format.value == "text":
-        from vlmlint.report.text import render_text
-
-        # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
-        width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
-        render_text(
-            summary,
-            Console(file=stdout, width=width),
-            model_name=config.model,
-            max_rows=table_rows,
-            text_tokens_estimated=scanner.model.text_tokens_estimated,
-            incomplete=full_report.get("incomplete"),
-            counted_by=scanner.model.counted_by(timing=True),
-        )
-    elif output_format.value != "jsonl":
-        from vlmlint.report.formats import ReportInput, render
-
-        rendered = ReportInput(
-            report=full_report,
-            summary=summary,
-            model_name=config.model,
-            text_tokens_estimated=scanner.model.text_tokens_estimated,
-            counted_by=scanner.model.counted_by(timing=True),
-        )
-        try:
-            if output_format.value == "json":  # streamed: findings may not fit in memory at once
-                from vlmlint.report.json_report import iter_report_bytes
-
-                for piece in iter_report_bytes(full_report):
-                    stdout.write(piece.decode())
-                stdout.write("\n")
-            else:
-                stdout.write(render(output_format.value, rendered))
-        except Exception as exc:  # a renderer bug still ends with exit 2 and one line
-            _discard(stdout)
-            raise _fail(
-                f"internal error writing {output_format.value}: {type(exc).__name__}: {exc}"
-            ) from None
-    if isinstance(stdout, _OutputFile):
-        stdout.commit()
-    else:
-        stdout.flush()
+    try:  # a signal while the report is written: exit 130/143, and no report file half written
+        with _signals_raise():
+            _write_reports(
+                stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
+                output_format, all_rows, table_rows, pipe_closed,
+            )  # fmt: skip
+    except (KeyboardInterrupt, _Terminated) as exc:
+        name = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
+        _say(f"vlmlint: interrupted ({name}) while writing the report; no report written")
+        raise typer.Exit(EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM) from None
+    finally:
+        _discard(stdout)  # nothing left behind when the report was not committed
     if checkpoint is not None and finished and not interrupted and not unreadable:
         checkpoint.remove()  # after the report: it read the findings restored from the checkpoint
     if interrupted:  # the shell's convention: 128 + the signal's number
@@ -446,6 +409,102 @@ def scan(
     raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
 
 
+def _write_reports(
+    stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
+    output_format, all_rows, table_rows, pipe_closed,
+) -> None:  # fmt: skip
+    """The report on stdout (or -o) and in --report FILE; exit 2 on a target that cannot be written."""
+    from vlmlint.report import build_report, write_report_file
+    from vlmlint.report.json_report import settings_record
+    from vlmlint.report.output import OutputError
+
+    settings = settings_record(config, scanner.context.max_length)
+    if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
+        settings["datasets"] = list(datasets)
+        settings["unreadable"] = unreadable
+    full_report = build_report(summary, scanner.model.describe(timing=True), settings)
+    if interrupted:
+        full_report["incomplete"] = {
+            "reason": f"interrupted by {interrupted}",
+            "rows_scanned": summary.samples,
+        }
+    if baseline is not None:
+        full_report["summary"]["baseline"] = baseline.to_dict()
+        _say(
+            f"vlmlint: baseline {baseline.path}: {baseline.suppressed} finding(s) suppressed, "
+            f"{baseline.stale} stale (no longer found)"
+        )
+    if report:
+        try:
+            write_report_file(report, full_report)
+        except OutputError as exc:  # a folder, a FIFO nobody reads: one line, exit 2
+            raise _fail(f"--report: {exc}") from None
+        except OSError as exc:  # a missing folder, a full disk: one line, exit 2, no partial file left
+            raise _fail(f"--report {report}: cannot write: {exc.strerror or exc}") from None
+    if pipe_closed:
+        return  # nobody reads stdout any more
+    try:
+        _render(stdout, output_format.value, full_report, summary, scanner, config, table_rows)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted; exit as the report would
+        _silence(stdout)
+        return
+    if isinstance(stdout, _OutputFile):
+        stdout.commit()
+    else:
+        try:
+            stdout.flush()
+        except BrokenPipeError:
+            _silence(stdout)
+
+
+def _render(stdout, output_format, full_report, summary, scanner, config, table_rows) -> None:
+    """The report in its format on stdout or -o (jsonl was streamed: only its incomplete record)."""
+    if output_format == "jsonl":
+        if full_report.get("incomplete"):  # the last line says the lines above are not all the rows
+            stdout.write(dumps_line({"incomplete": full_report["incomplete"]}))
+        return
+    if output_format == "text":
+        from vlmlint.report.safe import printable
+        from vlmlint.report.text import render_text
+
+        # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
+        width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
+        render_text(
+            summary,
+            Console(file=stdout, width=width),
+            model_name=printable(config.model),
+            max_rows=table_rows,
+            text_tokens_estimated=scanner.model.text_tokens_estimated,
+            incomplete=full_report.get("incomplete"),
+            counted_by=scanner.model.counted_by(timing=True),
+        )
+    else:
+        from vlmlint.report.formats import ReportInput, render
+        from vlmlint.report.safe import unicode_safe
+
+        rendered = ReportInput(
+            report=full_report,
+            summary=summary,
+            model_name=unicode_safe(config.model),
+            text_tokens_estimated=scanner.model.text_tokens_estimated,
+            counted_by=scanner.model.counted_by(timing=True),
+        )
+        try:
+            if output_format == "json":  # streamed: findings may not fit in memory at once
+                from vlmlint.report.json_report import iter_report_bytes
+
+                for piece in iter_report_bytes(full_report):
+                    stdout.write(piece.decode())
+                stdout.write("\n")
+            else:
+                # unicode_safe: the last guard for a name's non-UTF-8 bytes, whatever the renderer did
+                stdout.write(unicode_safe(render(output_format, rendered)))
+        except BrokenPipeError:
+            raise
+        except Exception as exc:  # a renderer bug still ends with exit 2 and one line
+            raise _fail(f"internal error writing {output_format}: {type(exc).__name__}: {exc}") from None
+
+
 def _open_checkpoint(resume, datasets, config, scanner, summary):
     """--resume FILE: the checkpoint and where to start; (None, start) without it; exit 2 on a bad file."""
     from vlmlint.checkpoint import Checkpoint, CheckpointError, Position, scan_key
@@ -457,7 +516,7 @@ def _open_checkpoint(resume, datasets, config, scanner, summary):
     key = scan_key(datasets, settings, scanner.model.describe())
     checkpoint = Checkpoint(resume, key)
     try:
-        return checkpoint, checkpoint.resume(summary)
+        return checkpoint, checkpoint.resume(summary, datasets=len(datasets))
     except CheckpointError as exc:
         raise _fail(str(exc)) from None
 
@@ -486,37 +545,67 @@ def _signals_raise():
 
 
 class _OutputFile:
-    """`-o FILE`: the report goes to a temporary file beside FILE, renamed into place when complete."""
+    """`-o FILE`: the report goes to a temporary file beside FILE, renamed into place when complete.
+
+    The temporary file exists only while the report is written (it is made on the first write), so
+    an interruption or an error before leaves nothing; discard() removes it after. A special target
+    (/dev/null, /dev/stdout, /dev/fd/N, a FIFO) is written directly: a rename would replace it.
+    """
 
     def __init__(self, path: str) -> None:
-        import tempfile
+        from vlmlint.report.output import OutputError, check_target, open_special
 
         self.path = path
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise _fail(f"--output: folder {folder} does not exist")
-        handle, self.temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
-        from vlmlint.report.json_report import readable_as_umask_allows
+        self.temporary: str | None = None
+        self.done = False
+        try:
+            special = open_special(path)
+            if special is None:
+                check_target(path)
+        except OutputError as exc:
+            raise _fail(f"--output: {exc}") from None
+        # backslashreplace: the last guard for a name's non-UTF-8 bytes (report/safe.py does the rest)
+        self.stream = (
+            None
+            if special is None
+            else io.TextIOWrapper(special, encoding="utf-8", errors="backslashreplace")
+        )
 
-        readable_as_umask_allows(handle)
-        self.stream = os.fdopen(handle, "w", encoding="utf-8")
+    def _open(self):
+        if self.stream is None:
+            from vlmlint.report.output import open_temporary
+
+            handle, self.temporary = open_temporary(self.path)
+            self.stream = open(handle, "w", encoding="utf-8", errors="backslashreplace", closefd=True)  # noqa: SIM115
+        return self.stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(text)
+        return self._open().write(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        if self.stream is not None:
+            self.stream.flush()
+
+    def fileno(self) -> int:
+        return self._open().fileno()
 
     def isatty(self) -> bool:
         return False
 
     def commit(self) -> None:
-        self.stream.close()
-        os.replace(self.temporary, self.path)
+        self._open().close()
+        if self.temporary is not None:
+            os.replace(self.temporary, self.path)
+        self.done = True
 
     def discard(self) -> None:
-        self.stream.close()
-        if os.path.exists(self.temporary):
+        if self.done:
+            return
+        self.done = True
+        if self.stream is not None:
+            with contextlib.suppress(OSError):  # a FIFO whose reader left: nothing to keep anyway
+                self.stream.close()
+        if self.temporary is not None and os.path.exists(self.temporary):
             os.unlink(self.temporary)
 
 
@@ -525,8 +614,40 @@ def _discard(stdout) -> None:
         stdout.discard()
 
 
+def _check_target(option: str, path: str | None) -> None:
+    """Refuse, before the scan, an output path that can never be written (a folder, no such folder)."""
+    from vlmlint.report.output import OutputError, check_target
+
+    if path:
+        try:
+            check_target(path)
+        except OutputError as exc:
+            raise _fail(f"{option}: {exc}") from None
+
+
+def _silence(stream) -> bool:
+    """The reader of a pipe went away: point the stream's descriptor at /dev/null (nothing more is
+    written, and the interpreter's last flush does not raise again). Returns True (pipe_closed)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    return True
+
+
+def _escaped_markup(text: str) -> str:
+    """A progress description: a file name's brackets are not rich markup, its controls escaped."""
+    from rich.markup import escape
+
+    from vlmlint.report.safe import printable
+
+    return escape(printable(text))
+
+
 def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | None:
     """KEY=VALUE pairs; numbers and true/false become numbers and booleans, the rest stays text."""
+    from vlmlint.config import ConfigError, check_setting
+
     if not values:
         return None
     parsed: dict[str, object] = {}
@@ -545,21 +666,34 @@ def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | Non
                 except ValueError:
                     continue
         parsed[key.strip().replace("-", "_")] = value
-    return parsed
+    try:
+        return dict(check_setting("pipeline_options", parsed))  # nan, inf: refused here
+    except ConfigError as exc:
+        raise _fail(f"--pipeline-option: {exc}") from None
 
 
 def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
+    """NAME=NUMBER pairs, each checked as a config file's threshold is (known name, finite, in range)."""
+    from vlmlint.config import ConfigError, check_threshold
+
     if not values:
         return None
     parsed = {}
     for item in values:
         name, sep, raw = item.partition("=")
-        try:
-            parsed[name.strip()] = float(raw) if "." in raw or "e" in raw.lower() else int(raw)
-        except ValueError:
-            raise _fail(f"--threshold takes NAME=NUMBER, got {item!r}") from None
-        if not sep:
+        value: float | None = None
+        for kind in (int, float):
+            try:
+                value = kind(raw.strip())
+                break
+            except ValueError:
+                continue
+        if not sep or value is None:
             raise _fail(f"--threshold takes NAME=NUMBER, got {item!r}")
+        try:
+            parsed[name.strip()] = check_threshold(name.strip(), value)
+        except ConfigError as exc:
+            raise _fail(f"--threshold {item}: {exc}") from None
     return parsed
 
 
@@ -568,16 +702,30 @@ def _load_config(dataset: str, flags: dict, config_file: str | None, defaults: d
 
     `defaults`: the command's own defaults where they differ from ScanConfig's (scan: every core).
     """
+    return _config_with_sources(dataset, flags, config_file, defaults)[0]
+
+
+def _config_with_sources(dataset: str, flags: dict, config_file: str | None, defaults: dict | None = None):
+    """(config, config file or None, its settings): a file found by search, not named with --config,
+    cannot relax safety (config.refuse_relaxed_safety: it may be a pull request's own)."""
     from pathlib import Path
 
-    from vlmlint.config import ConfigError, build_config, find_config_file, read_config_file
+    from vlmlint.config import (
+        ConfigError,
+        build_config,
+        find_config_file,
+        read_config_file,
+        refuse_relaxed_safety,
+    )
 
     try:
         path = Path(config_file) if config_file else find_config_file()
-        file_settings = {**(defaults or {}), **(read_config_file(path) if path else {})}
-        if flags.get("thresholds") and file_settings.get("thresholds"):
-            flags = {**flags, "thresholds": {**file_settings["thresholds"], **flags["thresholds"]}}
-        return build_config(dataset, file_settings, flags, config_root=path.parent if path else None)
+        settings = read_config_file(path) if path else {}
+        if path and not config_file:
+            refuse_relaxed_safety(path, settings, flags)
+        file_settings = {**(defaults or {}), **settings}
+        config = build_config(dataset, file_settings, flags, config_root=path.parent if path else None)
+        return config, path, settings
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 
@@ -598,20 +746,21 @@ def _load_baseline(path: str | None, write_path: str | None):
 
 def _write_baseline(path: str, findings) -> None:
     from vlmlint.baseline import write_baseline
+    from vlmlint.report.output import OutputError
 
     try:
         written = write_baseline(path, findings)
+    except OutputError as exc:
+        raise _fail(f"--write-baseline: {exc}") from None
     except OSError as exc:
         raise _fail(f"--write-baseline {path}: {exc.strerror or exc}") from None
-    _stderr().print(
-        f"vlmlint: wrote {written} finding(s) to baseline {path}", highlight=False, soft_wrap=True
-    )
+    _say(f"vlmlint: wrote {written} finding(s) to baseline {path}")
 
 
 def dumps_line(record: dict) -> str:
-    import orjson
+    from vlmlint.report.safe import dumps_safe
 
-    return orjson.dumps(record).decode() + "\n"
+    return dumps_safe(record).decode() + "\n"  # a file name's non-UTF-8 bytes shown as \\xNN
 
 
 # Why: `vlmlint stats` takes scan's model and dataset options as they are (same flags, same help).
@@ -737,12 +886,23 @@ def show_config(
     ignore: Annotated[str | None, typer.Option(help="As for scan.")] = None,
     fail_on: Annotated[FailLevel | None, typer.Option(help="As for scan.")] = None,
     threshold: Annotated[list[str] | None, typer.Option(help="As for scan: NAME=VALUE.")] = None,
+    image_root: Annotated[str | None, typer.Option(help="As for scan.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="As for scan.", min=0)] = None,
+    trust_remote_code: Annotated[
+        bool | None, typer.Option("--trust-remote-code", help="As for scan.")
+    ] = None,
+    allow_remote: Annotated[bool | None, typer.Option("--allow-remote", help="As for scan.")] = None,
+    allow_outside_root: Annotated[
+        bool | None, typer.Option("--allow-outside-root", help="As for scan.")
+    ] = None,
 ) -> None:
-    """Print the effective settings (defaults < config file < flags), each with where it came from."""
-    from dataclasses import fields
-    from pathlib import Path
+    """Print the effective settings (defaults < config file < flags), each with where it came from.
 
-    from vlmlint.config import THRESHOLDS, ConfigError, ScanConfig, find_config_file, read_config_file
+    A config file found by search is refused as scan refuses it when it relaxes safety.
+    """
+    from dataclasses import fields
+
+    from vlmlint.config import THRESHOLDS, ScanConfig
 
     flags = {
         "model": model,
@@ -752,20 +912,25 @@ def show_config(
         "ignore": ignore,
         "fail_on": fail_on.value if fail_on else None,
         "thresholds": _parse_thresholds(threshold),
+        "image_root": image_root,
+        "jobs": jobs,
+        "trust_remote_code": trust_remote_code,
+        "allow_remote": allow_remote,
+        "allow_outside_root": allow_outside_root,
     }
-    try:
-        path = Path(config_file) if config_file else find_config_file()
-        settings = read_config_file(path) if path else {}
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    config = _load_config(".", flags, config_file)
+    config, path, settings = _config_with_sources(".", flags, config_file)
 
     def origin(key: str, from_file: dict, from_flags: dict) -> str:
         if from_flags.get(key) is not None:
             return "flag"
         return "file" if key in from_file else "default"
 
-    print(f"# config file: {path or 'none found'}")
+    if path is None:
+        print("# config file: none found")
+    elif config_file:
+        print(f"# config file: {path} (named with --config: trusted like flags)")
+    else:
+        print(f"# config file: {path} (found by search: it cannot relax safety)")
     print("# setting = value  # where it comes from: default, file or flag")
     for item in fields(ScanConfig):
         if item.name not in ("dataset", "batch_size", "config_root", "thresholds"):
@@ -893,12 +1058,16 @@ def main() -> None:
     # transformers prints backend advice ("PyTorch was not found") at import; vlmlint needs no torch.
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # The last guard for a file name's non-UTF-8 bytes (report/safe.py escapes them first).
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
         app()
     except BrokenPipeError:
-        # Point stdout at devnull so the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_ERROR)
+        # A closed pipe outside the scan's own handling (stats, rules): end quietly, as `| head` wants.
+        _silence(sys.stdout)
+        sys.exit(EXIT_CLEAN)
 
 
 if __name__ == "__main__":

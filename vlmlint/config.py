@@ -1,12 +1,20 @@
 """Scan settings: one frozen record built by the CLI (or a Python caller) and read by the engine.
 
 Settings come from, in rising priority: the defaults here, `[tool.vlmlint]` in pyproject.toml or a
-vlmlint.toml (the nearest one at or above the working folder), then the command-line flags.
+vlmlint.toml (the nearest one at or above the working folder, or the one named with --config), then the
+command-line flags. Every value's type and range is checked here, whoever gives it.
+
+A config file vlmlint finds itself belongs to the repository being scanned, which in CI may be an
+untrusted pull request: it cannot relax safety (remote code, URLs, paths out of the repository, more
+processes than cores, larger work bounds). Those come from flags or from a file named with --config.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
@@ -35,6 +43,47 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
 }
 THRESHOLD_DEFAULTS: Mapping[str, float] = MappingProxyType({k: v for k, (v, _) in THRESHOLDS.items()})
+
+# Each threshold's range: (low, high, whole number?, low excluded?). Outside it a rule would fire on
+# every row or never, so a typo or a hostile value is refused instead of switching a check off.
+THRESHOLD_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "near_limit_share": (0.0, 1.0, False, True),
+    "max_image_tokens_per_image": (1, 1_000_000_000, True, False),
+    "max_image_tokens_per_row": (1, 1_000_000_000, True, False),
+    "heavy_resize_factor": (1.0, 1_000_000.0, False, False),
+    "tiny_image_side": (1, 100_000, True, False),
+    "tiny_upscale_factor": (1.0, 1_000_000.0, False, False),
+    "bomb_pixels": (1, 1 << 40, True, False),
+    "max_text_chars": (1, 1_000_000_000, True, False),
+    "pre_expanded_run": (2, 1_000_000, True, False),
+}
+# Thresholds that bound vlmlint's own work (decoding, tokenizing): a found config may lower them only.
+WORK_BOUNDS = ("bomb_pixels", "max_text_chars")
+
+MAX_CONFIG_BYTES = 1 << 20  # a config file larger than this is refused before it is parsed
+MAX_LENGTH_LIMIT = 1 << 24  # the largest --max-length / max-length (16M tokens)
+MAX_JOBS = 256  # the most processes --jobs or jobs may ask for
+MAX_BATCH_SIZE = 1 << 20  # rows per batch (the Python API's batch-size)
+MAX_SETTING_CHARS = 4096  # a string setting (a path, hub id, split, glob) longer than PATH_MAX is refused
+
+# Switches a found config file cannot turn on: key -> the flag that can.
+SAFETY_SWITCHES = {
+    "trust_remote_code": "--trust-remote-code",
+    "allow_remote": "--allow-remote",
+    "allow_outside_root": "--allow-outside-root",
+}
+_BOOLEANS = ("streaming", "exact", "use_chat_template", "add_generation_prompt", *SAFETY_SWITCHES)
+_TEXTS = ("model", "image_root", "split", "dataset_name", "config_root")  # free text: paths, ids, names
+_OPTIONAL = (
+    "model",
+    "layout",
+    "image_root",
+    "split",
+    "max_length",
+    "dataset_name",
+    "config_root",
+)  # None: default
+_CODE = re.compile(r"VLM[0-9]{0,3}")
 
 
 class ConfigError(ValueError):
@@ -115,11 +164,22 @@ def find_config_file(start: str | os.PathLike | None = None) -> Path | None:
     folder = Path(start or os.getcwd()).resolve()
     for candidate in (folder, *folder.parents):
         if (candidate / "vlmlint.toml").is_file():
-            return candidate / "vlmlint.toml"
+            return _inside(candidate / "vlmlint.toml")
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and "tool" in (data := _read_toml(pyproject)) and "vlmlint" in data["tool"]:
-            return pyproject
+        if pyproject.is_file():
+            tool = _read_toml(_inside(pyproject)).get("tool")
+            if isinstance(tool, Mapping) and "vlmlint" in tool:
+                return pyproject
     return None
+
+
+def _inside(path: Path) -> Path:
+    """A found file that is a link out of its folder is refused: it could name /dev/zero or a secret."""
+    if os.path.dirname(os.path.realpath(path)) != os.path.realpath(path.parent):
+        raise ConfigError(
+            f"{path}: is a link to {os.path.realpath(path)}, out of its folder; name a config file with --config"
+        )
+    return path
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -128,42 +188,248 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        # O_NONBLOCK: a FIFO named as a config file must not block the open; only regular files are read.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"{path}: not a regular file")
+            if info.st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(
+                    f"{path}: {info.st_size:,} bytes, above the {MAX_CONFIG_BYTES:,} bytes a config file may have"
+                )
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: above the {MAX_CONFIG_BYTES:,} bytes a config file may have")
+        return tomllib.loads(data.decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (TOML must be UTF-8)") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{path}: nested too deeply or too large to parse") from None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """The [tool.vlmlint] table (pyproject.toml) or the whole file (vlmlint.toml), keys as snake_case."""
+    """The [tool.vlmlint] table (pyproject.toml) or the whole file (vlmlint.toml), keys as snake_case.
+
+    Every value is checked (type and range); a bad one is a ConfigError naming the file and the key.
+    """
     data = _read_toml(path)
     if path.name == "pyproject.toml":
-        data = data.get("tool", {}).get("vlmlint", {})
-    settings = {key.replace("-", "_"): value for key, value in data.items()}
+        tool = data.get("tool", {})
+        if not isinstance(tool, Mapping):
+            raise ConfigError(f"{path}: [tool] must be a table, got {_short(tool)}")
+        data = tool.get("vlmlint", {})
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: [tool.vlmlint] must be a table, got {_short(data)}")
+    settings: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name in settings:
+            raise ConfigError(f"{path}: {_key(name)} is given twice (as - and as _)")
+        settings[name] = value
     known = {f.name for f in fields(ScanConfig)} - {"dataset", "batch_size", "config_root"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(
-            f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            f"{path}: unknown setting(s) {', '.join(map(_short, unknown))}; known: {', '.join(sorted(known))}"
         )
+    try:
+        for name, value in settings.items():
+            check_setting(name, value)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return settings
 
 
+def refuse_relaxed_safety(path: Path, settings: Mapping[str, Any], flags: Mapping[str, Any]) -> None:
+    """A config file vlmlint found (not named with --config) cannot relax safety: a pull request could.
+
+    `flags`: a key a flag sets is the flag's, whatever the file says.
+    """
+    repository = os.path.realpath(path.parent)
+    hint = "a pull request could set it"
+
+    def refuse(key: str, what: str, flag: str) -> ConfigError:
+        return ConfigError(
+            f"{path.name}: {what} is not taken from a config file found in the scanned folder ({hint}); "
+            f"pass {flag} or --config {path.name}"
+        )
+
+    def given(key: str) -> bool:
+        return settings.get(key) is not None and flags.get(key) is None
+
+    for key, flag in SAFETY_SWITCHES.items():
+        if given(key) and settings[key]:
+            raise refuse(key, _key(key), flag)
+    if given("image_root") and not _within(settings["image_root"], repository):
+        raise refuse(
+            "image_root", f"image-root {settings['image_root']!r} (outside {repository})", "--image-root"
+        )
+    if given("model") and os.path.isdir(settings["model"]) and not _within(settings["model"], repository):
+        raise refuse("model", f"model folder {settings['model']!r} (outside {repository})", "--model")
+    cores = os.cpu_count() or 1
+    if given("jobs") and settings["jobs"] > cores:
+        raise refuse("jobs", f"jobs = {settings['jobs']} (more than this machine's {cores} cores)", "--jobs")
+    thresholds = settings.get("thresholds") or {}
+    flagged = {name.replace("-", "_") for name in flags.get("thresholds") or {}}
+    for name, value in thresholds.items():
+        key = name.replace("-", "_")
+        if key in WORK_BOUNDS and key not in flagged and value > THRESHOLD_DEFAULTS[key]:
+            raise refuse(
+                key,
+                f"thresholds.{_key(key)} = {value} (above the default {THRESHOLD_DEFAULTS[key]}, more work per row)",
+                f"--threshold {key}=N",
+            )
+
+
+def _within(path: str, folder: str) -> bool:
+    full = os.path.realpath(os.path.abspath(path))
+    return full == folder or full.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _key(name: str) -> str:
+    """A setting as the config file spells it."""
+    return name.replace("_", "-")
+
+
+def _short(value: Any) -> str:
+    """A value for a message: its repr, cut so that a hostile one keeps the message one short line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{_key(name)} must be a string, got {_short(value)}")
+    if not value.strip() or "\x00" in value or len(value) > MAX_SETTING_CHARS:
+        raise ConfigError(
+            f"{_key(name)} must be a non-empty string of at most {MAX_SETTING_CHARS} characters "
+            f"without NUL, got {_short(value)}"
+        )
+    return value
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(f"{_key(name)} must be a whole number from {low} to {high}, got {_short(value)}")
+    return value
+
+
+def _choice(name: str, value: Any, choices) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{_key(name)} must be one of {', '.join(choices)}, got {_short(value)}")
+    return value
+
+
+def check_threshold(name: Any, value: Any) -> float:
+    """One threshold: a known name, a finite number in its range (THRESHOLD_RANGES)."""
+    key = str(name).replace("-", "_")
+    if key not in THRESHOLDS:
+        raise ConfigError(f"unknown threshold {_short(name)}; known: {', '.join(THRESHOLDS)}")
+    low, high, whole, open_low = THRESHOLD_RANGES[key]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ConfigError(f"threshold {_short(name)} must be a finite number, got {_short(value)}")
+    if whole and isinstance(value, float):
+        if not value.is_integer():
+            raise ConfigError(f"threshold {_short(name)} must be a whole number, got {_short(value)}")
+        value = int(value)
+    if value > high or value < low or (open_low and value == low):
+        span = f"above {low} and at most {high}" if open_low else f"from {low} to {high}"
+        raise ConfigError(f"threshold {_short(name)} must be {span}, got {_short(value)}")
+    return value
+
+
+def check_setting(name: str, value: Any) -> Any:
+    """One setting's value checked and normalized; a ConfigError names the key. None: the default."""
+    if value is None and name in _OPTIONAL:
+        return None
+    if name in _BOOLEANS:
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"{_key(name)} must be true or false (a TOML boolean, unquoted), got {_short(value)}"
+            )
+        return value
+    if name in _TEXTS:
+        return _text(name, value)
+    if name == "layout":
+        from vlmlint.readers.layouts import LAYOUTS
+
+        return _choice(name, value, LAYOUTS)
+    if name == "truncation_side":
+        return _choice(name, value, ("right", "left"))
+    if name == "pipeline":
+        from vlmlint.pipelines import PIPELINES
+
+        return _choice(name, value, tuple(PIPELINES))
+    if name == "fail_on":
+        if isinstance(value, Severity):
+            return value
+        return Severity(_choice(name, value, tuple(level.value for level in Severity)))
+    if name == "max_length":
+        return _whole(name, value, 1, MAX_LENGTH_LIMIT)
+    if name == "jobs":
+        return _whole(name, value, 0, MAX_JOBS)  # 0: chosen for the model and cores (runner.default_jobs)
+    if name == "batch_size":
+        return _whole(name, value, 1, MAX_BATCH_SIZE)
+    if name in ("select", "ignore"):
+        return _codes(value, _key(name))
+    if name == "per_source_ignores":
+        return _per_source_ignores(value)
+    if name == "pipeline_options":
+        return _pipeline_options(value)
+    if name == "thresholds":
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"thresholds must be a table {{ near-limit-share = 0.85 }}, got {_short(value)}"
+            )
+        return {str(key).replace("-", "_"): check_threshold(key, item) for key, item in value.items()}
+    return value  # dataset, and fields only a Python caller sets
+
+
+def _pipeline_options(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"pipeline-options must be a table {{ cutoff_len = 2048 }}, got {_short(value)}")
+    options: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _text("pipeline_options key", key).replace("-", "_")
+        scalar = isinstance(item, (bool, int, str)) or (isinstance(item, float) and math.isfinite(item))
+        if not scalar or (isinstance(item, str) and len(item) > MAX_SETTING_CHARS):
+            raise ConfigError(
+                f"pipeline-options {_short(key)} must be a string, a whole or finite number or true/false, "
+                f"got {_short(item)}"
+            )
+        options[name] = item
+    return MappingProxyType(options)
+
+
 def _codes(value: Any, what: str) -> tuple[str, ...]:
-    """Rule codes or prefixes from a list or a comma-separated string, upper-cased."""
+    """Rule codes or prefixes from a list or a comma-separated string, upper-cased; each must name a rule."""
     if isinstance(value, str):
         value = [part for part in value.replace(" ", "").split(",") if part]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{what} must be a list of rule codes or prefixes, got {value!r}")
-    return tuple(v.upper() for v in value)
+        raise ConfigError(f"{what} must be a list of rule codes or prefixes, got {_short(value)}")
+    from vlmlint.rules import RULES_BY_CODE
+
+    codes = tuple(v.strip().upper() for v in value)
+    for code in codes:
+        # Why: an empty prefix matches every rule, a typo none; either switches checks off in silence.
+        if not _CODE.fullmatch(code) or not any(known.startswith(code) for known in RULES_BY_CODE):
+            raise ConfigError(f"{what}: {_short(code)} is not a rule code or prefix (see 'vlmlint rules')")
+    return codes
 
 
 def _per_source_ignores(value: Any) -> Mapping[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f'per-source-ignores must be a table {{ "glob" = ["VLM2"] }}, got {value!r}')
+        raise ConfigError(f'per-source-ignores must be a table {{ "glob" = ["VLM2"] }}, got {_short(value)}')
     return MappingProxyType(
         {
-            str(glob).removeprefix("./"): _codes(codes, f"per-source-ignores {glob!r}")
+            _text("per_source_ignores glob", glob).removeprefix("./"): _codes(
+                codes, f"per-source-ignores {_short(glob)}"
+            )
             for glob, codes in value.items()
         }
     )
@@ -175,42 +441,30 @@ def build_config(
     flags: Mapping[str, Any],
     config_root: str | os.PathLike | None = None,
 ) -> ScanConfig:
-    """Merge defaults < config file < flags (a flag left at None does not override).
+    """Merge defaults < config file < flags (a flag left at None does not override); check every value.
 
     `config_root`: the config file's folder, which relative per-source-ignores globs start from.
+    Thresholds merge by name (a --threshold flag overrides that one threshold of the file).
     """
     merged: dict[str, Any] = dict(file_settings)
-    if "per_source_ignores" in merged:
-        merged["per_source_ignores"] = _per_source_ignores(merged["per_source_ignores"])
     if config_root is not None:
         merged["config_root"] = os.path.abspath(config_root)
-    merged.update({key: value for key, value in flags.items() if value is not None})
+    merged.update({key: value for key, value in flags.items() if value is not None and key != "thresholds"})
+    known = {f.name for f in fields(ScanConfig)} - {"dataset"}
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {', '.join(map(_short, unknown))}; known: {', '.join(sorted(known))}"
+        )
     thresholds = dict(THRESHOLD_DEFAULTS)
-    for name, value in dict(merged.pop("thresholds", {}) or {}).items():
-        key = name.replace("-", "_")
-        if key not in THRESHOLDS:
-            raise ConfigError(f"unknown threshold {name!r}; known: {', '.join(THRESHOLDS)}")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ConfigError(f"threshold {name!r} must be a number, got {value!r}")
-        thresholds[key] = value
-    for key in ("select", "ignore"):
-        if merged.get(key) is not None:
-            merged[key] = _codes(merged[key], key)
-    if "fail_on" in merged:
-        try:
-            merged["fail_on"] = Severity(str(merged["fail_on"]))
-        except ValueError:
-            raise ConfigError(f"fail-on must be error, warning or info, got {merged['fail_on']!r}") from None
-    if not isinstance(merged.get("pipeline_options", {}), Mapping):
-        raise ConfigError(f"pipeline-options must be a table, got {merged['pipeline_options']!r}")
-    if "pipeline_options" in merged:
-        merged["pipeline_options"] = MappingProxyType(dict(merged["pipeline_options"]))
-    jobs = merged.get("jobs", 1)
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
-        raise ConfigError(f"jobs must be a whole number >= 0 (0: every core), got {jobs!r}")
-    # 0 stays 0: the engine picks the number once it knows the model (runner.default_jobs).
-    if merged.get("truncation_side", "right") not in ("left", "right"):
-        raise ConfigError(f"truncation-side must be left or right, got {merged['truncation_side']!r}")
+    for source in (file_settings.get("thresholds"), flags.get("thresholds")):
+        if source is not None:
+            thresholds.update(check_setting("thresholds", source))
+    merged.pop("thresholds", None)
+    merged = {name: check_setting(name, value) for name, value in merged.items()}
+    for key in ("per_source_ignores", "pipeline_options"):
+        if merged.get(key) is None:
+            merged.pop(key, None)
     if not merged.get("model"):
         from vlmlint.models.profiles import DEFAULT_PROFILE
 
