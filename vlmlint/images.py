@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vlmlint.sample import ImageRef
+from vlmlint.sample import MAX_EMBEDDED_BYTES, ImageRef
 
 # EXIF orientations 5-8 rotate by 90 or 270 degrees: width and height swap after exif_transpose.
 _SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})
@@ -61,8 +61,6 @@ IMAGE_FORMATS = (
 # and one tile per strip (1M strips: some 350 MB and 3 s).
 MAX_HEADER_BYTES = 64 * 2**20
 MAX_TIFF_TAG_VALUES = 2**19
-# An embedded image (a data: URI, a dataset's stored bytes) above this is not decoded nor read: VLM201.
-MAX_EMBEDDED_IMAGE_BYTES = 32 * 2**20
 
 
 class ImageProblem(Exception):
@@ -120,30 +118,24 @@ def fetch(url: str, timeout: float = 20.0) -> bytes:
     return b"".join(chunks)
 
 
-def _embedded_too_large(reference: str, size: int) -> ImageProblem:
-    return ImageProblem(
-        "unreadable",
-        f"embedded image {reference} holds {size:,} bytes, above the {MAX_EMBEDDED_IMAGE_BYTES // 2**20} MiB "
-        "vlmlint reads; store it as a file",
-    )
-
-
 def _open(ref: ImageRef) -> io.BufferedIOBase:
     """The image's bytes as one open stream: a buffer, or the regular file opened once, without blocking."""
     if ref.url is not None:
         raise ImageProblem("remote", f"{ref.url} is a URL; vlmlint does not fetch images")
-    refused = getattr(ref, "problem", None)
-    if refused:
-        raise ImageProblem("unreadable", refused)
+    if ref.problem is not None:  # the reader refused it (an embedded image above MAX_EMBEDDED_BYTES)
+        raise ImageProblem("unreadable", ref.problem)
     if ref.data is not None:
-        if len(ref.data) > MAX_EMBEDDED_IMAGE_BYTES:
-            raise _embedded_too_large(ref.reference, len(ref.data))
+        if len(ref.data) > MAX_EMBEDDED_BYTES:
+            limit = f"{MAX_EMBEDDED_BYTES // 2**20} MiB"
+            raise ImageProblem(
+                "unreadable", f"embedded image {ref.reference} is larger than {limit}; not read"
+            )
         return io.BytesIO(ref.data)
     assert ref.path is not None
     return open_regular(ref.path, ref.reference)
 
 
-def open_regular(path: str, reference: str | None = None) -> io.BufferedReader:
+def open_regular(path: str, reference: str | None = None, what: str = "image") -> io.BufferedReader:
     """Open a regular file for reading, or raise ImageProblem: never blocks on a FIFO, never reads a device.
 
     The check is made on the open descriptor (fstat), so a file swapped for a FIFO after a stat cannot
@@ -159,7 +151,7 @@ def open_regular(path: str, reference: str | None = None) -> io.BufferedReader:
                 os.close(descriptor)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
-            raise ImageProblem("missing", f"image file not found: {reference}") from None
+            raise ImageProblem("missing", f"{what} file not found: {reference}") from None
         raise ImageProblem("unreadable", f"cannot open {reference}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         # Why: opening a FIFO blocks the scan forever, a device never ends; only regular files are read.

@@ -10,12 +10,10 @@ a list of frames is checked frame by frame as images are (their headers, through
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Callable
 
-from vlmlint.images import FILE_KINDS
+from vlmlint.images import ImageProblem, open_regular
 from vlmlint.sample import ImageInfo, ImageRef, MediaInfo, MediaRef
 
 _SNIFF_BYTES = 512
@@ -65,22 +63,17 @@ def media_info(
 
 def _problem(ref: MediaRef) -> tuple[str, str] | None:
     """(error code, message) for a clip that cannot be read, else None."""
+    if ref.problem is not None:  # the reader refused it (embedded bytes above MAX_EMBEDDED_BYTES)
+        return "unreadable", ref.problem
     if ref.data is not None:
         start = ref.data[:_SNIFF_BYTES]
     else:
         assert ref.path is not None
-        try:
-            mode = os.stat(ref.path).st_mode
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
-                return "missing", f"{ref.kind} file not found: {ref.reference}"
-            return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
-        if not stat.S_ISREG(mode):  # a FIFO would block the scan, a device never ends
-            kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
-            return "unreadable", f"not a regular file: {ref.reference} (a {kind})"
-        try:
-            with open(ref.path, "rb") as handle:
+        try:  # a regular file only, checked on the open descriptor: a FIFO swapped in cannot block
+            with open_regular(ref.path, ref.reference, ref.kind) as handle:
                 start = handle.read(_SNIFF_BYTES)
+        except ImageProblem as problem:
+            return problem.kind, problem.message
         except OSError as exc:
             return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
     if not start:

@@ -12,6 +12,10 @@ VIDEO_PLACEHOLDER = "<video>"
 AUDIO_PLACEHOLDER = "<audio>"
 MEDIA_PLACEHOLDERS = {"video": VIDEO_PLACEHOLDER, "audio": AUDIO_PLACEHOLDER}
 
+# An embedded image or clip (a data: URI, a dataset's stored bytes) above this many bytes is not decoded
+# nor kept by the readers: the ref holds `problem` instead (VLM201), so a row holds no large copy.
+MAX_EMBEDDED_BYTES = 32 * 2**20
+
 
 class Role(str, Enum):
     SYSTEM = "system"
@@ -32,6 +36,7 @@ class ImageRef:
     data: bytes | None = field(default=None, repr=False)
     url: str | None = None
     outside_root: bool = False  # the resolved file (symlinks followed) lies outside the dataset folder
+    problem: str | None = None  # why the reader kept no image (an embedded one above MAX_EMBEDDED_BYTES)
 
     @property
     def kind(self) -> str:
@@ -59,6 +64,7 @@ class MediaRef:
     url: str | None = None
     outside_root: bool = False
     frames: tuple[ImageRef, ...] = ()
+    problem: str | None = None  # as ImageRef's
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from vlmlint.readers.fingerprint import row_fingerprint
 from vlmlint.sample import (
     AUDIO_PLACEHOLDER,
     IMAGE_PLACEHOLDER,
+    MAX_EMBEDDED_BYTES,
     VIDEO_PLACEHOLDER,
     ImageRef,
     MediaRef,
@@ -68,6 +69,12 @@ def detect_layout(row: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _embedded_too_large(label: str, size: int, kind: str = "image") -> str:
+    """Why an embedded image or clip is not decoded (nor kept): above MAX_EMBEDDED_BYTES, a VLM201."""
+    limit = MAX_EMBEDDED_BYTES // 2**20
+    return f"embedded {kind} {label} holds {size:,} bytes, above the {limit} MiB vlmlint reads; store it as a file"
+
+
 class ImageResolver:
     """Turns an image reference written in a row into an ImageRef, relative to a base folder."""
 
@@ -82,6 +89,8 @@ class ImageResolver:
             data, path = value.get("bytes"), value.get("path")
             if isinstance(data, (bytes, bytearray)) and data:
                 label = path if isinstance(path, str) and path else "<embedded bytes>"
+                if len(data) > MAX_EMBEDDED_BYTES:  # not kept: the ref says why instead
+                    return ImageRef(reference=label, problem=_embedded_too_large(label, len(data)))
                 return ImageRef(reference=label, data=bytes(data))
             if isinstance(path, str) and path:
                 return self(path)
@@ -91,9 +100,15 @@ class ImageResolver:
         if value.startswith(("http://", "https://")):
             return ImageRef(reference=value, url=value)
         if value.startswith("data:"):
+            header, comma, encoded = value.partition(",")
+            label = header + ",..."
+            size = len(encoded) // 4 * 3  # what it decodes to, give or take the padding: known before decoding
+            if comma and size > MAX_EMBEDDED_BYTES:
+                return ImageRef(reference=label, problem=_embedded_too_large(label, size))
             try:
-                header, encoded = value.split(",", 1)
-                return ImageRef(reference=header + ",...", data=base64.b64decode(encoded, validate=True))
+                if not comma:
+                    raise ValueError("no comma before the data")
+                return ImageRef(reference=label, data=base64.b64decode(encoded, validate=True))
             except (ValueError, binascii.Error) as exc:
                 raise RowError(f"image data URI is not valid base64: {exc}") from None
         if value.startswith("file://"):
@@ -209,7 +224,13 @@ def _media_ref(kind: str, value: Any, resolve: ImageResolver) -> MediaRef:
         message = str(exc)
         raise RowError(kind + message[len("image") :] if message.startswith("image") else message) from None
     return MediaRef(
-        kind, ref.reference, path=ref.path, data=ref.data, url=ref.url, outside_root=ref.outside_root
+        kind,
+        ref.reference,
+        path=ref.path,
+        data=ref.data,
+        url=ref.url,
+        outside_root=ref.outside_root,
+        problem=ref.problem and ref.problem.replace("embedded image", f"embedded {kind}", 1),
     )
 
 
@@ -321,6 +342,8 @@ def _input_audio(part: Mapping[str, Any], position: str) -> MediaRef:
         raise RowError(f'{position} "input_audio" must be an object with base64 "data"')
     audio_format = audio.get("format")
     label = f"<input_audio {audio_format}>" if isinstance(audio_format, str) else "<input_audio>"
+    if len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:
+        return MediaRef("audio", label, problem=_embedded_too_large(label, len(data) // 4 * 3, "audio"))
     try:
         return MediaRef("audio", label, data=base64.b64decode(data, validate=True))
     except (ValueError, binascii.Error) as exc:
