@@ -9,12 +9,12 @@ files with trailers are not flagged). Animation and transparency come from the h
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import stat
 import struct
-import time
 import warnings
 from dataclasses import dataclass
 
@@ -93,26 +93,69 @@ _REMOTE_CHUNK = 64 * 1024
 
 
 def fetch(url: str, timeout: float = 20.0) -> bytes:
-    """Download an image for --allow-remote: bounded in size and time; errors become ImageProblem."""
+    """Download an image for --allow-remote: bounded in size and time; errors become ImageProblem.
+
+    The socket timeout bounds each read; REMOTE_DEADLINE_S bounds the whole fetch (headers, redirects,
+    body): when it passes, a timer shuts the connection's socket down, which ends any read in progress.
+    """
+    import http.client
+    import socket
+    import threading
     import urllib.request
 
-    deadline = time.monotonic() + REMOTE_DEADLINE_S
+    connections: list = []
+
+    def recorded(http_class):
+        def make(*args, **kwargs):
+            connection = http_class(*args, **kwargs)
+            connections.append(connection)
+            return connection
+
+        return make
+
+    class Http(urllib.request.HTTPHandler):
+        def do_open(self, http_class, req, **kwargs):
+            return super().do_open(recorded(http_class), req, **kwargs)
+
+    class Https(urllib.request.HTTPSHandler):
+        def do_open(self, http_class, req, **kwargs):
+            return super().do_open(recorded(http_class), req, **kwargs)
+
+    expired = threading.Event()
+
+    def expire():
+        expired.set()
+        for connection in connections:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(REMOTE_DEADLINE_S, expire)
+    timer.daemon = True
+    timer.start()
     chunks: list[bytes] = []
     received = 0
     try:
-        with urllib.request.urlopen(url, timeout=min(timeout, REMOTE_DEADLINE_S)) as response:  # noqa: S310 (http(s) only, checked by the reader)
-            while received <= MAX_REMOTE_BYTES:
-                if time.monotonic() > deadline:
-                    message = f"cannot fetch {url}: not complete within {REMOTE_DEADLINE_S:g} s ({received:,} bytes)"
-                    raise ImageProblem("unreadable", message)
-                # What has arrived, at most a chunk: the deadline is checked between reads.
-                chunk = response.read1(_REMOTE_CHUNK)
+        opener = urllib.request.build_opener(Http, Https)
+        with opener.open(url, timeout=min(timeout, REMOTE_DEADLINE_S)) as response:
+            while received <= MAX_REMOTE_BYTES and not expired.is_set():
+                chunk = response.read1(_REMOTE_CHUNK)  # what has arrived, at most a chunk
                 if not chunk:
                     break
                 chunks.append(chunk)
                 received += len(chunk)
-    except (OSError, ValueError) as exc:
-        raise ImageProblem("missing", f"cannot fetch {url}: {exc}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # IncompleteRead...
+        if not expired.is_set():
+            raise ImageProblem("missing", f"cannot fetch {url}: {exc}") from None
+    finally:
+        timer.cancel()
+        for connection in connections:
+            connection.close()
+    if expired.is_set():
+        message = (
+            f"cannot fetch {url}: not complete within {REMOTE_DEADLINE_S:g} s ({received:,} bytes received)"
+        )
+        raise ImageProblem("unreadable", message)
     if received > MAX_REMOTE_BYTES:
         raise ImageProblem("unreadable", f"{url} is larger than {MAX_REMOTE_BYTES // 2**20} MiB; not read")
     return b"".join(chunks)

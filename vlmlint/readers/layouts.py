@@ -75,6 +75,11 @@ def _embedded_too_large(label: str, size: int, kind: str = "image") -> str:
     return f"embedded {kind} {label} holds {size:,} bytes, above the {limit} MiB vlmlint reads; store it as a file"
 
 
+def _decoded_size(encoded: str) -> int:
+    """How many bytes base64 text decodes to (for valid text), without decoding it."""
+    return len(encoded) // 4 * 3 - encoded.endswith("=") - encoded.endswith("==")
+
+
 class ImageResolver:
     """Turns an image reference written in a row into an ImageRef, relative to a base folder."""
 
@@ -102,7 +107,7 @@ class ImageResolver:
         if value.startswith("data:"):
             header, comma, encoded = value.partition(",")
             label = header + ",..."
-            size = len(encoded) // 4 * 3  # what it decodes to, give or take the padding: known before decoding
+            size = _decoded_size(encoded)  # known before decoding
             if comma and size > MAX_EMBEDDED_BYTES:
                 return ImageRef(reference=label, problem=_embedded_too_large(label, size))
             try:
@@ -342,8 +347,8 @@ def _input_audio(part: Mapping[str, Any], position: str) -> MediaRef:
         raise RowError(f'{position} "input_audio" must be an object with base64 "data"')
     audio_format = audio.get("format")
     label = f"<input_audio {audio_format}>" if isinstance(audio_format, str) else "<input_audio>"
-    if len(data) // 4 * 3 > MAX_EMBEDDED_BYTES:
-        return MediaRef("audio", label, problem=_embedded_too_large(label, len(data) // 4 * 3, "audio"))
+    if _decoded_size(data) > MAX_EMBEDDED_BYTES:
+        return MediaRef("audio", label, problem=_embedded_too_large(label, _decoded_size(data), "audio"))
     try:
         return MediaRef("audio", label, data=base64.b64decode(data, validate=True))
     except (ValueError, binascii.Error) as exc:
