@@ -57,6 +57,12 @@ class UnreadableImage(Rule):
     file, or text where a container should be (`clip.mp4` holding an HTML page); a frame-list video
     has each frame checked as an image.
 
+    Also reported, without reading further: a file in a format vlmlint does not open (EPS/PostScript,
+    whose loading runs Ghostscript, WMF, MPEG, PCX...: it reads JPEG, PNG, GIF, WebP, BMP, TIFF, AVIF,
+    HEIF, ICO, JPEG 2000, PPM, TGA and QOI), a header that needs more than 64 MiB read or a TIFF
+    whose first IFD declares more than 524,288 values (strips, tiles), an embedded image (data: URI,
+    stored bytes) above 32 MiB, and an --allow-remote download above 32 MiB or not complete in 30 s.
+
     **Fix** Re-download or re-encode the file, or remove the row.
     """
 
