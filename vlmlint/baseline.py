@@ -20,6 +20,7 @@ import orjson
 from vlmlint.rules import Finding
 
 BASELINE_VERSION = 1
+MAX_BASELINE_BYTES = 256 * 2**20  # a baseline of a million findings is some 200 MB; beyond: refused
 _HEADER = (
     "vlmlint baseline: findings accepted as they are. `vlmlint scan --baseline THIS_FILE` does not "
     "report them; `vlmlint scan --write-baseline THIS_FILE` regenerates it. Entries are keyed by rule "
@@ -67,11 +68,13 @@ class Baseline:
 
 def load_baseline(path: str) -> Baseline:
     """Read a baseline file; anything but a well-formed one raises BaselineError."""
+    from vlmlint.report.output import OutputError, read_regular
+
     try:
-        with open(path, "rb") as handle:
-            data = orjson.loads(handle.read())
-    except OSError as exc:
-        raise BaselineError(f"baseline {path}: {exc.strerror or exc}") from None
+        # Only a regular file of bounded size: a FIFO would block, /dev/zero would fill memory.
+        data = orjson.loads(read_regular(path, MAX_BASELINE_BYTES, "baseline"))
+    except OutputError as exc:
+        raise BaselineError(str(exc)) from None
     except orjson.JSONDecodeError as exc:
         raise BaselineError(f"baseline {path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
@@ -85,7 +88,12 @@ def load_baseline(path: str) -> Baseline:
     for position, entry in enumerate(data["findings"]):
         fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
         count = entry.get("count", 1) if isinstance(entry, dict) else None
-        if not isinstance(fingerprint, str) or not isinstance(count, int) or count < 1:
+        if (
+            not isinstance(fingerprint, str)
+            or not isinstance(count, int)
+            or isinstance(count, bool)
+            or count < 1
+        ):
             raise BaselineError(
                 f'baseline {path}: entry {position} needs a "fingerprint" string and a positive "count"'
             )
@@ -121,8 +129,10 @@ def baseline_document(findings: Iterable[Finding]) -> dict[str, Any]:
 
 def write_baseline(path: str, findings: Iterable[Finding]) -> int:
     """Write the baseline atomically; returns how many findings it records."""
-    from vlmlint.report.json_report import write_atomic
+    from vlmlint.report.output import write_atomic
+    from vlmlint.report.safe import dumps_safe
 
     document = baseline_document(findings)
-    write_atomic(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    # dumps_safe: a source or message may hold a file name's non-UTF-8 bytes (shown as \xNN).
+    write_atomic(path, dumps_safe(document, option=orjson.OPT_INDENT_2) + b"\n")
     return sum(entry["count"] for entry in document["findings"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import stat
 import time
 from array import array
 from collections import Counter
@@ -25,12 +26,15 @@ from typing import Any
 import orjson
 
 from vlmlint import __version__
-from vlmlint.report.json_report import write_atomic
+from vlmlint.report.output import write_atomic
+from vlmlint.report.safe import dumps_safe
 from vlmlint.report.summary import Summary
-from vlmlint.rules import Finding
+from vlmlint.rules import Finding, Severity
 
 _SAVE_EVERY_SECONDS = 5.0
 FORMAT_VERSION = 1
+MAX_CHECKPOINT_BYTES = 256 * 2**20  # the state file: totals and length arrays (8 bytes a row, base64)
+MAX_LOG_LINE_BYTES = 1 * 2**20  # one finding in the log; a longer line is not vlmlint's
 
 
 class CheckpointError(ValueError):
@@ -67,33 +71,143 @@ class Checkpoint:
 
     # -- resuming ---------------------------------------------------------------------------------
 
-    def resume(self, summary: Summary) -> Position:
-        """Restore `summary` from a matching checkpoint; Position(0, 0) when there is none to resume."""
+    def resume(self, summary: Summary, datasets: int | None = None) -> Position:
+        """Restore `summary` from a matching checkpoint; Position(0, 0) when there is none to resume.
+
+        A checkpoint file may have been edited or damaged: everything in it is checked (types, ranges,
+        and the totals against the findings log they claim to describe) before anything is restored;
+        one that does not hold together is a CheckpointError, never a crash or a wrong total.
+        `datasets`: how many datasets this scan has (the position must lie within them).
+        """
         state = self._read_state()
-        if state is None or state.get("key") != self.key or state.get("format") != FORMAT_VERSION:
+        if not isinstance(state, dict):
+            if state is not None:
+                raise self._invalid("not a JSON object")
             self._start_log(truncate_to=0)
             return Position(0, 0)
-        size = int(state["findings_bytes"])
-        if not os.path.isfile(self.findings_path) or os.path.getsize(self.findings_path) < size:
-            raise CheckpointError(
-                f"{self.findings_path}: shorter than {self.path} says; delete both to start over"
-            )
-        totals = state["summary"]
+        if state.get("key") != self.key or state.get("format") != FORMAT_VERSION:
+            self._start_log(truncate_to=0)  # another scan's checkpoint: overwritten
+            return Position(0, 0)
+        size, position, totals = self._validated(state, datasets)
+        log_codes, log_severities, log_lines = self._read_log(size)
+        # The totals must describe the log they come with: a tampered count would give wrong totals.
+        if log_codes != totals["by_code"] or log_severities != totals["by_severity"]:
+            raise self._invalid(f"its finding counts do not match {self.findings_path}")
+        if totals["samples_with_findings"] > min(totals["samples"], log_lines):
+            raise self._invalid("more rows with findings than rows or findings")
+        if (not log_lines) != (not totals["samples_with_findings"]):
+            raise self._invalid("rows with findings but no findings, or findings but no such rows")
+        if len(totals["seq_lens"]) > totals["samples"]:
+            raise self._invalid("more sequence lengths than rows")
+        if position.rows > totals["samples"] or (
+            position.dataset_index == 0 and position.rows != totals["samples"]
+        ):
+            raise self._invalid("its position does not match its row count")
         summary.samples = totals["samples"]
         summary.samples_with_findings = totals["samples_with_findings"]
         summary.by_code = Counter(totals["by_code"])
         summary.by_severity = Counter(totals["by_severity"])
-        summary.seq_lens = _array(totals["seq_lens"])
-        summary.image_tokens = _array(totals["image_tokens"])
-        media = totals.get("media_not_counted", {})
-        summary.media_rows, summary.videos, summary.audios = (
-            media.get(k, 0) for k in ("rows", "videos", "audios")
-        )
+        summary.seq_lens = totals["seq_lens"]
+        summary.image_tokens = totals["image_tokens"]
+        summary.media_rows, summary.videos, summary.audios = totals["media"]
         self.restored_findings_rows = totals["samples_with_findings"]
         self._restored_size = size
         self._start_log(truncate_to=size)
         summary.restored = self.restored_findings  # earlier findings come first in every report
-        return Position(state["position"]["dataset_index"], state["position"]["rows"])
+        return position
+
+    def _invalid(self, why: str) -> CheckpointError:
+        return CheckpointError(
+            f"{self.path}: not a valid vlmlint checkpoint ({why}); delete it and "
+            f"{os.path.basename(self.findings_path)} to start over"
+        )
+
+    def _validated(self, state: dict[str, Any], datasets: int | None):
+        """(findings_bytes, Position, totals) from the state, every field checked."""
+
+        def count(value: Any, what: str) -> int:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+                raise self._invalid(f"{what} is not a count")
+            return value
+
+        def table(value: Any, what: str, keys: Sequence[str] | None = None) -> Counter:
+            if not isinstance(value, dict):
+                raise self._invalid(f"{what} is not a table")
+            if keys is not None and not set(value) <= set(keys):
+                raise self._invalid(f"{what} holds an unknown key")
+            return Counter({str(k): count(v, what) for k, v in value.items() if v})
+
+        def lengths(value: Any, what: str) -> array:
+            try:
+                return _array(value)
+            except (TypeError, ValueError) as exc:  # not text, not base64, not whole 8-byte values
+                raise self._invalid(f"{what}: {exc}") from None
+
+        size = count(state.get("findings_bytes"), "findings_bytes")
+        where = state.get("position")
+        if not isinstance(where, dict):
+            raise self._invalid("no position")
+        position = Position(
+            count(where.get("dataset_index"), "dataset_index"), count(where.get("rows"), "rows")
+        )
+        if datasets is not None and (
+            position.dataset_index > datasets or (position.dataset_index == datasets and position.rows)
+        ):
+            raise self._invalid(f"dataset {position.dataset_index + 1} of a scan of {datasets}")
+        totals = state.get("summary")
+        if not isinstance(totals, dict):
+            raise self._invalid("no summary")
+        media = totals.get("media_not_counted", {})
+        if not isinstance(media, dict):
+            raise self._invalid("media_not_counted is not a table")
+        checked = {
+            "samples": count(totals.get("samples"), "samples"),
+            "samples_with_findings": count(totals.get("samples_with_findings"), "samples_with_findings"),
+            "by_code": table(totals.get("by_code"), "by_code"),
+            "by_severity": table(totals.get("by_severity"), "by_severity", [s.value for s in Severity]),
+            "seq_lens": lengths(totals.get("seq_lens"), "seq_lens"),
+            "image_tokens": lengths(totals.get("image_tokens"), "image_tokens"),
+            "media": tuple(count(media.get(k, 0), f"media {k}") for k in ("rows", "videos", "audios")),
+        }
+        return size, position, checked
+
+    def _read_log(self, size: int) -> tuple[Counter, Counter, int]:
+        """Codes and severities of the log's first `size` bytes, each line checked as a finding."""
+        try:
+            handle = os.open(self.findings_path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            handle = None
+        except OSError as exc:
+            raise self._invalid(f"{self.findings_path}: {exc.strerror or exc}") from None
+        if handle is None or not stat.S_ISREG(os.fstat(handle).st_mode) or os.fstat(handle).st_size < size:
+            if handle is not None:
+                os.close(handle)
+            raise CheckpointError(
+                f"{self.findings_path}: missing, not a file or shorter than {self.path} says; "
+                "delete both to start over"
+            )
+        codes: Counter = Counter()
+        severities: Counter = Counter()
+        lines = 0
+        with os.fdopen(handle, "rb") as log:
+            consumed = 0
+            while consumed < size:
+                line = log.readline(min(MAX_LOG_LINE_BYTES, size - consumed) + 1)
+                consumed += len(line)
+                if not line.endswith(b"\n") or consumed > size:
+                    raise self._invalid(
+                        f"{self.findings_path}: a line is cut or longer than {MAX_LOG_LINE_BYTES:,} bytes"
+                    )
+                try:
+                    finding = _finding(orjson.loads(line))
+                except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
+                    raise self._invalid(
+                        f"{self.findings_path} line {lines + 1}: {type(exc).__name__}"
+                    ) from None
+                codes[finding.code] += 1
+                severities[finding.severity.value] += 1
+                lines += 1
+        return codes, severities, lines
 
     def restored_findings(self) -> Iterator[Finding]:
         """The findings recorded before the resume, in dataset order (re-iterable)."""
@@ -106,13 +220,20 @@ class Checkpoint:
                     break
                 yield Finding.from_dict(orjson.loads(line))
 
-    def _read_state(self) -> dict[str, Any] | None:
+    def _read_state(self) -> Any:
+        from vlmlint.report.output import OutputError, read_regular
+
         try:
-            with open(self.path, "rb") as handle:
-                return orjson.loads(handle.read())
+            data = read_regular(self.path, MAX_CHECKPOINT_BYTES, "--resume")
         except FileNotFoundError:
             return None
-        except (OSError, orjson.JSONDecodeError) as exc:
+        except OutputError as exc:
+            if not os.path.lexists(self.path):
+                return None  # no checkpoint yet: this scan starts one
+            raise CheckpointError(f"{exc}; --resume takes a regular file (made if missing)") from None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
             raise CheckpointError(
                 f"{self.path}: not a vlmlint checkpoint ({exc}); delete it to start over"
             ) from None
@@ -121,7 +242,18 @@ class Checkpoint:
         folder = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(folder):
             raise CheckpointError(f"--resume: folder {folder} does not exist")
-        self._log = open(self.findings_path, "ab")
+        # O_NONBLOCK and fstat: a FIFO or a device in the log's place is refused, never waited on.
+        try:
+            handle = os.open(
+                self.findings_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666
+            )
+        except OSError as exc:
+            raise CheckpointError(f"--resume: {self.findings_path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            os.close(handle)
+            raise CheckpointError(f"--resume: {self.findings_path}: not a regular file")
+        os.set_blocking(handle, True)
+        self._log = os.fdopen(handle, "ab")
         self._log.truncate(truncate_to)
         self._log.seek(truncate_to)
         self._committed = truncate_to
@@ -131,7 +263,8 @@ class Checkpoint:
     def record(self, findings: Sequence[Finding]) -> None:
         """Log a row's findings (after any baseline filtering), as the report will hold them."""
         if findings:
-            self._log.write(b"".join(orjson.dumps(f.to_dict()) + b"\n" for f in findings))
+            # dumps_safe: a source may hold a file name's non-UTF-8 bytes (shown as \xNN).
+            self._log.write(b"".join(dumps_safe(f.to_dict()) + b"\n" for f in findings))
 
     def maybe_save(self, summary: Summary, position: Position, force: bool = False) -> None:
         """Commit the log and the totals, at most every few seconds unless forced."""
@@ -177,7 +310,25 @@ class Checkpoint:
                 os.unlink(path)
 
 
+_TEXT_FIELDS = ("code", "name", "message", "fix", "source")
+
+
+def _finding(record: Any) -> Finding:
+    """A finding of the log, its fields' types checked (a renderer must not meet a number as a message)."""
+    if not isinstance(record, dict):
+        raise TypeError("not an object")
+    if not all(isinstance(record.get(name), str) for name in _TEXT_FIELDS):
+        raise TypeError("a text field is not text")
+    for name, optional in (("line", True), ("index", False)):
+        value = record.get(name)
+        if not (isinstance(value, int) and not isinstance(value, bool)) and not (optional and value is None):
+            raise TypeError(f"{name} is not a number")
+    return Finding.from_dict(record)
+
+
 def _array(encoded: str) -> array:
+    if not isinstance(encoded, str):
+        raise TypeError("not text")
     values = array("q")
-    values.frombytes(base64.b64decode(encoded))
+    values.frombytes(base64.b64decode(encoded, validate=True))  # ValueError: not whole 8-byte values
     return values

@@ -749,4 +749,12 @@ class Scanner:
             left -= len(skipped)
             if left <= 0:
                 break
+        if left > 0:  # a checkpoint that counts rows this dataset does not have: not its checkpoint
+            raise ResumeMismatch(
+                f"--resume: the checkpoint counts {count:,} rows done, but the dataset has {count - left:,}"
+            )
         yield from iterator
+
+
+class ResumeMismatch(ValueError):
+    """--resume: the checkpoint's position lies beyond the dataset's end (it was edited or is another's)."""

@@ -28,7 +28,19 @@ def escape_property(text: str) -> str:
 
 
 def render(report: ReportInput) -> str:
-    return "".join(line + "\n" for line in annotations(report.report))
+    lines = annotations(report.report)
+    incomplete = report.report.get("incomplete")
+    if incomplete:  # an interrupted scan: say so, or a short list would pass for the whole dataset
+        lines.append(f"::warning title=vlmlint scan incomplete::{escape_data(incomplete_text(incomplete))}")
+    return "".join(line + "\n" for line in lines)
+
+
+def incomplete_text(incomplete: dict) -> str:
+    """The one line every format gives an interrupted scan (report["incomplete"])."""
+    return (
+        f"INCOMPLETE: {incomplete.get('reason')} after {incomplete.get('rows_scanned')} rows; "
+        "only the rows scanned so far are reported"
+    )
 
 
 def annotations(report: dict, cwd: str | None = None) -> list[str]:

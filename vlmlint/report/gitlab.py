@@ -20,7 +20,28 @@ SEVERITIES = {"error": "major", "warning": "minor", "info": "info"}
 def render(report: ReportInput) -> str:
     from vlmlint.report.json_report import dumps
 
-    return dumps(code_quality(report.report)).decode() + "\n"
+    entries = code_quality(report.report)
+    incomplete = report.report.get("incomplete")
+    if incomplete:  # Code Quality has no top-level note: an entry on the dataset says it
+        entries.append(incomplete_entry(report.report, incomplete))
+    return dumps(entries).decode() + "\n"
+
+
+def incomplete_entry(report: dict, incomplete: dict, cwd: str | None = None) -> dict[str, Any]:
+    import hashlib
+
+    from vlmlint.report.ci import artifact_path
+    from vlmlint.report.github import incomplete_text
+
+    path, _ = artifact_path(str((report.get("settings") or {}).get("dataset", "")), cwd)
+    return {
+        "description": f"vlmlint: {incomplete_text(incomplete)}",
+        "check_name": "vlmlint-incomplete",
+        # Stable for the dataset: the same interrupted scan is the same entry.
+        "fingerprint": hashlib.md5(f"incomplete\0{path}".encode(), usedforsecurity=False).hexdigest(),
+        "severity": "major",
+        "location": {"path": path, "lines": {"begin": 1}},
+    }
 
 
 def code_quality(report: dict, cwd: str | None = None) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from html import escape
 from typing import Any
 
 from vlmlint.report.histogram import Bin, histogram
+from vlmlint.report.safe import printable
 from vlmlint.sample import ImageInfo, ImageRef, RowResult
 
 MAX_PREVIEW_FINDINGS = 500  # findings (table rows) that get thumbnails; later rows say why they have none
@@ -131,7 +132,8 @@ class Preview:
 
 
 def _e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    # printable: a file name's newline would start a line of its own where the page is printed (a CI log).
+    return escape(printable("" if value is None else str(value)), quote=True)
 
 
 def _reason(exc: BaseException) -> str:
@@ -359,6 +361,10 @@ def render(report) -> str:
         f'<p class="muted">vlmlint {_e(data.get("vlmlint_version", ""))} &middot; model '
         f"<b>{_e(report.model_name)}</b></p>",
     ]
+    if data.get("incomplete"):  # an interrupted scan: a banner above everything
+        from vlmlint.report.github import incomplete_text
+
+        out.append(f'<p class="note incomplete"><b>{_e(incomplete_text(data["incomplete"]))}</b></p>')
     if report.text_tokens_estimated:
         out.append(
             f'<p class="note">note: {_e(report.text_tokens_estimated)}; for exact text counts pass '

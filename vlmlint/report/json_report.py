@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -12,6 +9,8 @@ import orjson
 from vlmlint import __version__
 from vlmlint.config import ScanConfig
 from vlmlint.engine import RowOutcome
+from vlmlint.report.output import readable_as_umask_allows, write_atomic  # noqa: F401 (re-exported)
+from vlmlint.report.safe import dumps_safe, safe_record
 from vlmlint.report.summary import Summary
 
 
@@ -36,8 +35,9 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
 def build_report(summary: Summary, model: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "vlmlint_version": __version__,
-        "model": model,
-        "settings": settings,
+        # Dataset paths may hold bytes that are not UTF-8 (report/safe.py): every format can write them.
+        "model": safe_record(model),
+        "settings": safe_record(settings),
         "summary": summary.to_dict(),
         "findings": FindingsView(summary),
     }
@@ -88,7 +88,8 @@ class FindingsView:
         self._summary = summary
 
     def __iter__(self):
-        return (finding.to_dict() for finding in self._summary.iter_findings())
+        # Sources and messages come from the dataset: made valid UTF-8 once, for every format.
+        return (safe_record(finding.to_dict()) for finding in self._summary.iter_findings())
 
     def __len__(self) -> int:
         return sum(self._summary.by_code.values())
@@ -133,35 +134,9 @@ def render(report) -> str:
 
 
 def dumps(data: Any) -> bytes:
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    return dumps_safe(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
 
 def write_report_file(path: str, data: dict[str, Any]) -> None:
     """Write the JSON report atomically: a temporary file beside the target, then a rename."""
     write_atomic(path, iter_report_bytes(data), b"\n")
-
-
-def readable_as_umask_allows(handle: int) -> None:
-    """mkstemp makes 0600 files; a report is shared like any file the user writes (0666 & ~umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(handle, 0o666 & ~umask)
-
-
-def write_atomic(path: str, content: bytes | Iterable[bytes], end: bytes = b"") -> None:
-    """A reader never sees half a report: write a temporary file beside the target, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".vlmlint-", suffix=".tmp", dir=folder)
-    readable_as_umask_allows(handle)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            if isinstance(content, bytes):
-                stream.write(content)
-            else:
-                stream.writelines(content)
-            stream.write(end)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise

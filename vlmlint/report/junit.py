@@ -12,16 +12,19 @@ each row's file, line, message and fix visible on its own, with its own status.
   test case whose `<system-out>` holds the same text, so the test report agrees with the exit code.
 - A scan without findings gives one passing test case, `vlmlint scan`.
 
-The suite's `tests`, `failures`, `errors` (always 0) and `skipped` (always 0) count those cases.
+The suite's `tests`, `failures`, `errors` and `skipped` (always 0) count those cases; an interrupted
+scan adds a test case `vlmlint scan incomplete` with an `<error>` (errors 1) and a property `incomplete`.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 from vlmlint.report.ci import Located, located_findings
 from vlmlint.report.formats import ReportInput
+from vlmlint.report.safe import printable
 
 RANK = {"info": 0, "warning": 1, "error": 2}
 # Characters XML 1.0 cannot carry (a malformed row's bytes can reach a message).
@@ -62,11 +65,20 @@ def junit_xml(report: dict, cwd: str | None = None) -> str:
     if not located:
         clean = ET.SubElement(suite, "testcase", classname="vlmlint", name="vlmlint scan", time="0")
         ET.SubElement(clean, "system-out").text = f"{summary.get('samples', 0)} rows, no findings"
-    tests = max(1, len(located))
+    errors = 0
+    incomplete = report.get("incomplete")
+    if incomplete:  # an interrupted scan: an <error> case (and a property), not a pass
+        from vlmlint.report.github import incomplete_text
+
+        ET.SubElement(properties, "property", name="incomplete", value=_clean(str(incomplete.get("reason"))))
+        case = ET.SubElement(suite, "testcase", classname="vlmlint", name="vlmlint scan incomplete", time="0")
+        ET.SubElement(case, "error", message=_clean(incomplete_text(incomplete)), type="incomplete")
+        errors = 1
+    tests = max(1, len(located)) + errors
     for element in (root, suite):
         element.set("tests", str(tests))
         element.set("failures", str(failures))
-        element.set("errors", "0")
+        element.set("errors", str(errors))
         element.set("skipped", "0")
         element.set("time", "0")
     ET.indent(root)
@@ -74,7 +86,10 @@ def junit_xml(report: dict, cwd: str | None = None) -> str:
 
 
 def _testcase(suite: ET.Element, item: Located, failed: bool) -> None:
-    finding = item.finding
+    # Names and messages come from the dataset: one line each (a raw newline in a name would be a
+    # line of its own, e.g. a `::error` command, wherever the XML is printed).
+    finding = {k: printable(v) if isinstance(v, str) else v for k, v in item.finding.items()}
+    item = replace(item, finding=finding, path=printable(item.path))
     where = (
         f"{item.path}:{item.line}" if item.line is not None else f"{item.path} item {finding.get('index')}"
     )

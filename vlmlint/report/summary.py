@@ -12,6 +12,7 @@ from typing import IO
 import orjson
 
 from vlmlint.engine import RowOutcome
+from vlmlint.report.safe import dumps_safe
 from vlmlint.rules import Finding, Severity
 
 KEEP_FLAGGED_ROWS = 5_000  # rows with findings kept in memory (text table, HTML); later rows spill to disk
@@ -99,7 +100,7 @@ class Summary:
             self._spill = tempfile.TemporaryFile(prefix="vlmlint-findings-")  # gone when closed
         self.spilled_rows += 1
         for finding in findings:
-            self._spill.write(orjson.dumps(finding.to_dict()) + b"\n")
+            self._spill.write(dumps_safe(finding.to_dict()) + b"\n")  # names may hold non-UTF-8 bytes
 
     def iter_findings(self) -> Iterator[Finding]:
         """Every finding in dataset order (memory, then the spill file, then late rechecks); re-iterable."""

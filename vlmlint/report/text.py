@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from vlmlint.report.safe import printable
 from vlmlint.report.summary import Summary, percentiles
 from vlmlint.rules import Severity
 
@@ -56,11 +57,14 @@ def render_text(
                 if findings_shown >= max_rows:
                     break
                 findings_shown += 1
+                # Text, not str: a file name's brackets are not markup; printable: nor are its controls.
                 table.add_row(
-                    outcome.result.sample.location,
-                    finding.id or "",
+                    Text(printable(outcome.result.sample.location)),
+                    Text(printable(str(finding.id or ""))),
                     Text(finding.code, style=_STYLE[finding.severity]),
-                    Text.assemble(finding.message, "\n", ("fix: " + finding.fix, "dim")),
+                    Text.assemble(
+                        printable(finding.message), "\n", ("fix: " + printable(finding.fix), "dim")
+                    ),
                     _counts(outcome),
                 )
         console.print(table)
@@ -70,7 +74,7 @@ def render_text(
                 f"... {total - findings_shown} more findings not shown (use --report or --format json)"
             )
 
-    stats = Table(title=f"Summary ({model_name})", show_header=True, header_style="bold")
+    stats = Table(title=Text(f"Summary ({printable(model_name)})"), show_header=True, header_style="bold")
     stats.add_column("")
     for column in ("min", "p50", "p90", "p99", "max"):
         stats.add_column(column, justify="right")
