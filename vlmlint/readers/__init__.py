@@ -135,7 +135,9 @@ def iter_samples(
     if dataset_name is not None:
         from vlmlint.readers.llamafactory import read_llamafactory
 
-        yield from read_llamafactory(target, dataset_name, image_root=image_root, rel=rel)
+        yield from read_llamafactory(
+            target, dataset_name, image_root=image_root, rel=rel, allow_outside_root=allow_outside_root
+        )
         return
     if os.path.isfile(target):
         yield from _read_file(target, layout, image_root, rel, batch_rows)
@@ -147,7 +149,13 @@ def iter_samples(
     if os.path.isdir(target):
         if is_saved_dataset(target):
             yield from read_saved_dataset(
-                target, layout=layout, image_root=image_root, split=split, rel=rel, batch_rows=batch_rows
+                target,
+                layout=layout,
+                image_root=image_root,
+                split=split,
+                rel=rel,
+                batch_rows=batch_rows,
+                allow_outside_root=allow_outside_root,
             )
         elif has_metadata(target):
             yield from read_imagefolder(

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vlmlint.readers.batches import RowBatch
-from vlmlint.readers.files import DatasetError
+from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.layouts import detect_layout, row_to_sample, shared_resolver
+from vlmlint.readers.manifest import read_config_json
 from vlmlint.sample import RowProblem, Sample
 
 BATCH_ROWS = 256
@@ -56,7 +57,10 @@ class TableBatch(RowBatch):
 
 
 class _Unreadable(str):
-    """A row Arrow cannot turn into Python values (e.g. a string column holding invalid UTF-8)."""
+    """A row Arrow cannot turn into Python values (e.g. a string column holding invalid UTF-8).
+
+    A reader's batch stream may carry one in place of a row it did not read (beyond a bound).
+    """
 
 
 def python_rows(batch: Any) -> list[Any]:
@@ -68,12 +72,12 @@ def python_rows(batch: Any) -> list[Any]:
 
     try:
         return batch.to_pylist()
-    except (pa.ArrowException, ValueError):
+    except (pa.ArrowException, ValueError, OverflowError):  # OverflowError: a date64 past year 9999
         rows: list[Any] = []
         for position in range(batch.num_rows):
             try:
                 rows.extend(batch.slice(position, 1).to_pylist())
-            except (pa.ArrowException, ValueError) as exc:
+            except (pa.ArrowException, ValueError, OverflowError) as exc:
                 rows.append(_Unreadable(f"row cannot be read from the table: {type(exc).__name__}: {exc}"))
         return rows
 
@@ -99,6 +103,10 @@ def _rows_to_units(
     index = 0
     chosen = layout
     for batch in batches:
+        if isinstance(batch, _Unreadable):  # a row the reader did not read (beyond a bound)
+            yield _sample(batch, chosen, resolve, source, index, convert)
+            index += 1
+            continue
         if batch_rows and convert is None and chosen is not None:  # a convert may not travel to a worker
             yield TableBatch(source, base_dir, image_root, chosen, index, batch)
             index += batch.num_rows
@@ -108,6 +116,345 @@ def _rows_to_units(
                 chosen = detect_layout(row)
             yield _sample(row, chosen, resolve, source, index, convert)
             index += 1
+
+
+# ---- bounds: what a table's rows cost before they are turned into Python values ----------------------
+
+# One string or binary value of a table above this is VLM101 on its row, never converted (JSON Lines
+# has the same bound per line; an embedded image this large is beyond any bomb_pixels threshold).
+MAX_VALUE_BYTES = 64 * 2**20
+# A row whose values would take more than this as Python objects (estimated, ELEMENT_BYTES a value
+# besides its bytes) is VLM101, not converted: a value Arrow stores once (dictionary, RLE, views)
+# becomes one Python object per row, so a few KB of file can stand for gigabytes of rows.
+MAX_ROW_BYTES = 256 * 2**20
+# A record batch estimated above this is converted in smaller slices, a row at a time at worst.
+MAX_BATCH_BYTES = 256 * 2**20
+ELEMENT_BYTES = 32  # a Python object and its list slot, roughly: what any value costs besides its bytes
+
+
+class _TooBig(Exception):
+    """A batch, row or value beyond its bound (the message names the column and the bound)."""
+
+
+class _Unsupported(Exception):
+    """An Arrow type no Hugging Face dataset writes and whose cost is not estimated here."""
+
+
+def _fixed_width(kind: Any) -> bool:
+    try:
+        return kind.bit_width > 0
+    except ValueError:  # pyarrow raises it for variable-width types
+        return False
+
+
+def _view_lengths(array: Any):
+    import numpy as np
+
+    views = np.frombuffer(array.buffers()[1], dtype=np.int32).reshape(-1, 4)
+    return views[array.offset : array.offset + len(array), 0].astype(np.int64)
+
+
+def _value_lengths(array: Any):
+    """Each value's byte length of a flat string/binary array (numpy), or None for other types."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = array.type
+    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+        return _view_lengths(array)
+    wide = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    if wide or pa.types.is_string(kind) or pa.types.is_binary(kind):
+        if not len(array):
+            return np.zeros(0, dtype=np.int64)
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
+        return np.diff(offsets[array.offset : array.offset + len(array) + 1].astype(np.int64))
+    return None
+
+
+def _estimate(array: Any, budget: int, column: str) -> int:
+    """What `array` (sliced) costs as Python objects, about; _TooBig past `budget` or a huge value."""
+    import numpy as np
+    import pyarrow as pa
+
+    count = len(array)
+    cost = count * ELEMENT_BYTES
+    if cost > budget:
+        raise _TooBig(f"column {column!r} holds {count:,} values")
+    kind = array.type
+    if isinstance(kind, pa.ExtensionType):
+        return _estimate(array.storage, budget, column)
+    lengths = _value_lengths(array)
+    if lengths is None and pa.types.is_dictionary(kind):
+        dictionary = _value_lengths(array.dictionary)
+        if dictionary is None:
+            if pa.types.is_nested(array.dictionary.type):
+                raise _Unsupported(f"column {column!r} is a dictionary of {array.dictionary.type}")
+            return cost + count * (
+                max(1, kind.value_type.bit_width // 8) if _fixed_width(kind.value_type) else 8
+            )
+        indices = array.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        lengths = dictionary[indices] if len(dictionary) else np.zeros(count, dtype=np.int64)
+    if lengths is not None:
+        if count and int(lengths.max()) > MAX_VALUE_BYTES:
+            raise _TooBig(
+                f"column {column!r} holds a value of {int(lengths.max()):,} bytes "
+                f"(bound {MAX_VALUE_BYTES // 2**20} MiB a value)"
+            )
+        cost += int(lengths.sum())
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        if count:
+            offsets = array.offsets
+            first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+            cost += _estimate(array.values.slice(first, last - first), budget - cost, column)
+    elif pa.types.is_fixed_size_list(kind):
+        size = kind.list_size
+        cost += _estimate(array.values.slice(array.offset * size, count * size), budget - cost, column)
+    elif pa.types.is_struct(kind):
+        cost += count * ELEMENT_BYTES * 2  # each row's dict
+        for position in range(kind.num_fields):
+            name = f"{column}.{kind.field(position).name}"
+            cost += _estimate(array.field(position), budget - cost, name)
+    elif pa.types.is_null(kind):
+        pass
+    elif _fixed_width(kind):
+        cost += count * max(1, kind.bit_width // 8)
+    else:  # list views, run-end encoded, unions: a Hugging Face dataset writes none
+        raise _Unsupported(f"column {column!r} has Arrow type {kind}")
+    if cost > budget:
+        raise _TooBig(f"column {column!r} holds about {cost:,} bytes of values")
+    return cost
+
+
+def _batch_cost(batch: Any, budget: int) -> int:
+    cost = 0
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        chunks = column.chunks if hasattr(column, "chunks") else [column]
+        for chunk in chunks:
+            cost += _estimate(chunk, budget - cost, name)
+    return cost
+
+
+def _bounded(batches: Iterable[Any], path: str, validate: bool) -> Iterator[Any]:
+    """Record batches whose rows fit the bounds; a row beyond one comes as an _Unreadable instead.
+
+    `validate`: check each batch fully first (Arrow IPC files: the IPC reader checks only buffer
+    sizes, and offsets pointing past a buffer would be read as they are).
+    """
+    import pyarrow as pa
+
+    for batch in batches:
+        if isinstance(batch, _Unreadable):
+            yield batch
+            continue
+        try:
+            if validate:
+                batch.validate(full=True)
+            _batch_cost(batch, MAX_BATCH_BYTES)
+        except (_TooBig, pa.ArrowInvalid):
+            yield from _row_slices(batch, path, validate)
+        except _Unsupported as exc:
+            raise DatasetError(
+                f"{path}: {exc}, which vlmlint does not read (no Hugging Face dataset writes it)"
+            ) from None
+        else:
+            yield batch
+
+
+def _row_slices(batch: Any, path: str, validate: bool) -> Iterator[Any]:
+    """A batch beyond MAX_BATCH_BYTES (or not valid) in runs of rows within it, each row checked."""
+    import pyarrow as pa
+
+    start, run_cost = 0, 0
+    for position in range(batch.num_rows):
+        row = batch.slice(position, 1)
+        try:
+            if validate:
+                row.validate(full=True)
+            cost = _batch_cost(row, MAX_ROW_BYTES)
+        except (_TooBig, pa.ArrowInvalid) as exc:
+            if position > start:
+                yield batch.slice(start, position - start)
+            start, run_cost = position + 1, 0
+            if isinstance(exc, pa.ArrowInvalid):
+                yield _Unreadable(f"row cannot be read from the table: {type(exc).__name__}: {exc}")
+            else:
+                bound = (
+                    "" if "bound" in str(exc) else f", beyond the {MAX_ROW_BYTES // 2**20} MiB bound a row"
+                )
+                yield _Unreadable(f"row not read: {exc}{bound}")
+            continue
+        except _Unsupported as exc:
+            raise DatasetError(
+                f"{path}: {exc}, which vlmlint does not read (no Hugging Face dataset writes it)"
+            ) from None
+        if run_cost + cost > MAX_BATCH_BYTES and position > start:
+            yield batch.slice(start, position - start)
+            start, run_cost = position, 0
+        run_cost += cost
+    if batch.num_rows > start:
+        yield batch.slice(start, batch.num_rows - start)
+
+
+# ---- parquet: row groups and pages checked from the file's metadata before anything is decoded ---------
+
+# A parquet page (one value at least) decompresses whole, and pyarrow takes some 4 times its size to
+# decode it: a page above this is never decoded, and the rows of its row group are VLM101 (a few KB
+# of zstd can declare gigabytes). Pages are about 1 MB; one value makes a page of its own size.
+MAX_PAGE_BYTES = 128 * 2**20
+_MAX_PAGE_HEADER = 2**20  # a page header (Thrift) above this: the row group is not read
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _skip(data: bytes, pos: int, kind: int, depth: int, in_field: bool) -> int:
+    """Past one Thrift compact value of type `kind` (a field's bool lives in its header)."""
+    if depth > 16:
+        raise ValueError("nested too deep")
+    if kind in (1, 2):
+        return pos if in_field else pos + 1
+    if kind == 3:
+        return pos + 1
+    if kind in (4, 5, 6):
+        return _varint(data, pos)[1]
+    if kind == 7:
+        return pos + 8
+    if kind == 8:
+        size, pos = _varint(data, pos)
+        return pos + size
+    if kind in (9, 10):
+        head = data[pos]
+        pos += 1
+        size, element = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(data, pos)
+        for _ in range(size):
+            pos = _skip(data, pos, element, depth + 1, False)
+        return pos
+    if kind == 11:
+        size, pos = _varint(data, pos)
+        if size:
+            types = data[pos]
+            pos += 1
+            for _ in range(size):
+                pos = _skip(data, pos, types >> 4, depth + 1, False)
+                pos = _skip(data, pos, types & 0x0F, depth + 1, False)
+        return pos
+    if kind == 12:
+        return _struct(data, pos, depth + 1)[1]
+    raise ValueError(f"unknown Thrift type {kind}")
+
+
+def _struct(data: bytes, pos: int, depth: int, wanted: tuple[int, ...] = ()) -> tuple[dict[int, int], int]:
+    """A Thrift compact struct: the i32 fields named in `wanted`, and where the struct ends."""
+    found: dict[int, int] = {}
+    last = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        if byte == 0:
+            return found, pos
+        delta, kind = byte >> 4, byte & 0x0F
+        if delta:
+            last += delta
+        else:
+            raw, pos = _varint(data, pos)
+            last = (raw >> 1) ^ -(raw & 1)
+        if last in wanted and kind == 5:
+            raw, pos = _varint(data, pos)
+            found[last] = (raw >> 1) ^ -(raw & 1)
+        else:
+            pos = _skip(data, pos, kind, depth, True)
+
+
+def _largest_page(handle, start: int, end: int) -> int:
+    """The largest uncompressed page size declared in a column chunk's page headers (start..end)."""
+    largest = 0
+    pos = start
+    while pos < end:
+        handle.seek(pos)
+        data = b""
+        for window in (2**16, _MAX_PAGE_HEADER):
+            data += handle.read(window - len(data))
+            try:
+                sizes, length = _struct(data, 0, 0, (2, 3))
+                break
+            except IndexError:  # the header goes on past the window
+                if len(data) < window:
+                    return largest  # the file ends: pyarrow reports the cut
+        else:
+            return MAX_PAGE_BYTES + 1  # a header above 1 MiB: treated as beyond the bound
+        uncompressed, compressed = sizes.get(2, 0), sizes.get(3, 0)
+        largest = max(largest, uncompressed)
+        if largest > MAX_PAGE_BYTES or compressed < 0:
+            return largest
+        pos += length + compressed
+    return largest
+
+
+def _row_group_refusal(handle, group: Any, number: int) -> str | None:
+    """Why a row group's rows are not read (metadata and page headers only), or None."""
+    rows = group.num_rows
+    size = sum(group.column(c).total_uncompressed_size for c in range(group.num_columns))
+    if rows and size / rows > MAX_ROW_BYTES:
+        return (
+            f"row not read: parquet row group {number} holds {size:,} bytes uncompressed for {rows:,} rows, "
+            f"beyond the {MAX_ROW_BYTES // 2**20} MiB bound a row"
+        )
+    for c in range(group.num_columns):
+        column = group.column(c)
+        if column.total_uncompressed_size <= MAX_PAGE_BYTES:
+            continue  # no page of it can be larger
+        start = column.data_page_offset
+        if column.has_dictionary_page and column.dictionary_page_offset:
+            start = min(start, column.dictionary_page_offset)
+        try:
+            largest = _largest_page(handle, start, start + column.total_compressed_size)
+        except (ValueError, OSError):
+            continue  # not a header Thrift reads: pyarrow reports it
+        if largest > MAX_PAGE_BYTES:
+            return (
+                f"row not read: parquet row group {number}, column {column.path_in_schema!r}: a page of "
+                f"{largest:,} bytes uncompressed, beyond the {MAX_PAGE_BYTES // 2**20} MiB bound a page"
+            )
+    return None
+
+
+def _parquet_batches(path: str) -> Iterator[Any]:
+    """Each row group's record batches, sized from its uncompressed size; refused groups as _Unreadable."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    # Columns stored with a dictionary come as DictionaryArrays: a value stored once stays once in
+    # memory however many rows name it, and the bounds see what each row would cost.
+    stored = {
+        group.column(c).path_in_schema
+        for group in (metadata.row_group(n) for n in range(metadata.num_row_groups))
+        for c in range(group.num_columns)
+        if group.column(c).has_dictionary_page and group.column(c).physical_type == "BYTE_ARRAY"
+    }
+    parquet = pq.ParquetFile(path, read_dictionary=sorted(stored) or None)
+    with open(path, "rb") as handle:  # page headers only
+        for number in range(metadata.num_row_groups):
+            group = metadata.row_group(number)
+            refusal = _row_group_refusal(handle, group, number)
+            if refusal is not None:
+                for _ in range(group.num_rows):
+                    yield _Unreadable(refusal)
+                continue
+            size = max(1, group.total_byte_size)
+            rows = min(BATCH_ROWS, max(1, MAX_BATCH_BYTES * group.num_rows // size // 4))
+            yield from parquet.iter_batches(batch_size=rows, row_groups=[number])
 
 
 def _arrow_batches(dataset) -> Iterator[Any]:
@@ -126,25 +473,84 @@ def _pick_split(dataset_or_dict, split: str | None):
     return dataset_or_dict, split
 
 
-def read_saved_dataset(
-    folder: str, *, layout: str | None, image_root: str | None, split: str | None, rel, batch_rows: int = 0
-) -> Iterator[Sample | TableBatch]:
-    import pyarrow as pa
-    from datasets import load_from_disk
+def _inside(path: str, folder: str, what: str, allow_outside_root: bool) -> str:
+    """`path` when it stays inside the dataset folder (symlinks followed), else a DatasetError."""
+    outside = None if allow_outside_root else outside_target(path, folder)
+    if outside is not None:
+        raise DatasetError(f"{what} names {outside}, outside the dataset folder {folder}: not read")
+    if not is_regular_file(path) and not os.path.isdir(path):
+        raise DatasetError(f"{what}: {path} is not a regular file or folder")
+    return path
 
+
+def _saved_json(folder: str, path: str) -> Any:
     try:
-        loaded = load_from_disk(folder)
-    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:  # corrupt state/info files
+        return read_config_json(path)
+    except DatasetError as exc:
         raise DatasetError(f"{folder}: not a readable save_to_disk dataset: {exc}") from None
-    dataset, split = _pick_split(loaded, split)
+
+
+def _saved_split(folder: str, split: str | None, allow_outside_root: bool) -> tuple[str, str | None]:
+    """A DatasetDict's split folder (dataset_dict.json "splits"), or the folder itself for a Dataset."""
+    path = os.path.join(folder, "dataset_dict.json")
+    if os.path.isfile(os.path.join(folder, "state.json")) or not os.path.isfile(path):
+        return folder, split
+    info = _saved_json(folder, path)
+    splits = info.get("splits") if isinstance(info, dict) else None
+    if not isinstance(splits, list) or not splits or not all(isinstance(name, str) for name in splits):
+        raise DatasetError(
+            f'{folder}: not a readable save_to_disk dataset: {path} has no "splits" list of names'
+        )
+    if split is None:
+        split = "train" if "train" in splits else splits[0]
+    if split not in splits:
+        raise DatasetError(f"{folder}: split {split!r} not found; available: {sorted(splits)}")
+    where = _inside(os.path.join(folder, split), folder, f"{path}: split {split!r}", allow_outside_root)
+    return where, split
+
+
+def saved_data_files(folder: str, allow_outside_root: bool = False) -> list[str]:
+    """The arrow files a save_to_disk folder's state.json names ("_data_files"), each checked inside it."""
+    path = os.path.join(folder, "state.json")
+    state = _saved_json(folder, path)
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files
+    ):
+        raise DatasetError(f"{folder}: not a readable save_to_disk dataset: {path} has no _data_files list")
+    found = []
+    for entry in files:
+        name = entry["filename"]
+        what = f"{path}: _data_files entry {name!r}"
+        if "\0" in name:
+            raise DatasetError(f"{what}: not a file name")
+        found.append(_inside(os.path.join(folder, name), folder, what, allow_outside_root))
+    return found
+
+
+def read_saved_dataset(
+    folder: str,
+    *,
+    layout: str | None,
+    image_root: str | None,
+    split: str | None,
+    rel,
+    batch_rows: int = 0,
+    allow_outside_root: bool = False,
+) -> Iterator[Sample | TableBatch]:
+    """A save_to_disk folder, read as datasets' load_from_disk reads it (state.json's arrow files in
+    order), but by vlmlint: every file it names is checked to stay inside the folder, and each
+    arrow file's batches meet the table bounds."""
+    split_folder, split = _saved_split(folder, split, allow_outside_root)
+    paths = saved_data_files(split_folder, allow_outside_root)
     source = rel(folder) + (f"[{split}]" if split else "")
-    yield from _rows_to_units(
-        _arrow_batches(dataset),
-        layout=layout,
-        base_dir=folder,
-        image_root=image_root,
-        source=source,
-        batch_rows=batch_rows,
+
+    def batches() -> Iterator[Any]:
+        for path in paths:
+            yield from _bounded(_ipc_batches(path), path, validate=True)
+
+    yield from _table_file(
+        folder, "save_to_disk dataset", batches, layout, image_root, source, None, batch_rows, base_dir=folder
     )
 
 
@@ -157,6 +563,7 @@ def _table_file(
     source: str,
     convert: Callable[[Any], Any] | None,
     batch_rows: int,
+    base_dir: str | None = None,
 ) -> Iterator[Sample | TableBatch]:
     """The rows of a parquet/arrow file; a corrupt file (at its start or further in) is a DatasetError."""
     import pyarrow as pa
@@ -167,7 +574,7 @@ def _table_file(
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
 
-    base_dir = os.path.dirname(os.path.abspath(path))
+    base_dir = base_dir or os.path.dirname(os.path.abspath(path))
     yield from _rows_to_units(
         checked(),
         layout=layout,
@@ -188,10 +595,8 @@ def read_parquet(
     convert: Callable[[Any], Any] | None = None,
     batch_rows: int = 0,
 ) -> Iterator[Sample | TableBatch]:
-    import pyarrow.parquet as pq
-
     def batches() -> Iterator[Any]:
-        yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS)
+        yield from _bounded(_parquet_batches(path), path, validate=False)
 
     yield from _table_file(path, "parquet", batches, layout, image_root, source, convert, batch_rows)
 
@@ -205,21 +610,30 @@ def read_arrow(
     convert: Callable[[Any], Any] | None = None,
     batch_rows: int = 0,
 ) -> Iterator[Sample | TableBatch]:
-    import pyarrow as pa
-
     def batches() -> Iterator[Any]:
-        with pa.memory_map(path, "r") as source_file:
-            try:
-                reader = pa.ipc.open_stream(source_file)  # what datasets writes
-            except pa.ArrowInvalid:
-                source_file.seek(0)
-                reader = pa.ipc.open_file(source_file)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
-            else:
-                yield from reader
+        yield from _bounded(_ipc_batches(path), path, validate=True)
 
     yield from _table_file(path, "Arrow", batches, layout, image_root, source, convert, batch_rows)
+
+
+def _ipc_batches(path: str) -> Iterator[Any]:
+    """An Arrow IPC file's record batches (stream format, as datasets writes, or file format).
+
+    Memory-mapped: an uncompressed batch is read in place. A compressed one is decompressed whole
+    by pyarrow, and its declared sizes are not checked first (a known limit).
+    """
+    import pyarrow as pa
+
+    with pa.memory_map(path, "r") as source_file:
+        try:
+            reader = pa.ipc.open_stream(source_file)  # what datasets writes
+        except pa.ArrowInvalid:
+            source_file.seek(0)
+            reader = pa.ipc.open_file(source_file)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            yield from reader
 
 
 def read_hub_dataset(

@@ -20,16 +20,15 @@ KTO entries are refused: vlmlint reads local supervised fine-tuning data.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.readers.files import DatasetError, is_regular_file
+from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.hf import read_arrow, read_parquet
 from vlmlint.readers.layouts import RowError
-from vlmlint.readers.manifest import read_json, read_jsonl
+from vlmlint.readers.manifest import read_config_json, read_json, read_jsonl
 from vlmlint.sample import Sample
 
 DATA_CONFIG = "dataset_info.json"
@@ -119,25 +118,37 @@ class DatasetAttr:
         return cls(**values)
 
 
-def load_dataset_info(folder: str) -> dict[str, Any]:
+def load_dataset_info(folder: str, allow_outside_root: bool = False) -> dict[str, Any]:
+    """dataset_info.json, bounded (MAX_CONFIG_BYTES, 1024 levels); one a symlink takes out is refused."""
     path = os.path.join(folder, DATA_CONFIG)
     if not is_regular_file(path):
         raise DatasetError(
             f"{folder}: no {DATA_CONFIG} in this folder (--dataset reads a LLaMA-Factory data folder)"
         )
-    try:
-        with open(path, encoding="utf-8") as handle:
-            info = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: not readable JSON: {exc}") from None
+    outside = None if allow_outside_root else outside_target(path, folder)
+    if outside is not None:
+        raise DatasetError(f"{path}: a symlink to {outside}, outside the data folder: not read")
+    info = read_config_json(path)
     if not isinstance(info, dict):
         raise DatasetError(f"{path}: must be a JSON object of dataset entries")
     return info
 
 
-def data_files(folder: str, attr: DatasetAttr) -> list[str]:
-    """_load_single_dataset's files: the file, or every file of the folder, of one allowed type."""
+def data_files(folder: str, attr: DatasetAttr, allow_outside_root: bool = False) -> list[str]:
+    """_load_single_dataset's files: the file, or every file of the folder, of one allowed type.
+
+    The root rule of images holds for data files too: a file_name that is absolute, climbs out of
+    the data folder or is a symlink out of it is refused before anything there is opened or listed.
+    """
     local = os.path.join(folder, attr.file_name)
+    if "\0" in attr.file_name:
+        raise DatasetError(f"{DATA_CONFIG}: file_name {attr.file_name!r} is not a path")
+    outside = None if allow_outside_root else outside_target(local, folder)
+    if outside is not None:
+        raise DatasetError(
+            f"{os.path.join(folder, DATA_CONFIG)}: file_name {attr.file_name!r} names {outside}, outside the "
+            "data folder: not read (--allow-outside-root reads it)"
+        )
     if os.path.isdir(local):
         files = [os.path.join(local, name) for name in sorted(os.listdir(local))]
     elif os.path.isfile(local):
@@ -153,6 +164,12 @@ def data_files(folder: str, attr: DatasetAttr) -> list[str]:
     for path in files:
         if not is_regular_file(path):
             raise DatasetError(f"{path}: not a regular file")
+        outside = None if allow_outside_root else outside_target(path, folder)
+        if outside is not None:
+            raise DatasetError(
+                f"{path}: a symlink to {outside}, outside the data folder: not read (file_name "
+                f"{attr.file_name!r} of {DATA_CONFIG}; --allow-outside-root reads it)"
+            )
     return files
 
 
@@ -259,12 +276,13 @@ def read_llamafactory(
     *,
     image_root: str | None = None,
     rel: Callable[[str], str] = os.path.relpath,
+    allow_outside_root: bool = False,
 ) -> Iterator[Sample]:
     """The rows of each named entry (comma-separated, as LLaMA-Factory's --dataset) in order."""
     folder = os.path.dirname(target) if os.path.basename(target) == DATA_CONFIG else target
     if not os.path.isdir(folder):
         raise DatasetError(f"{target}: --dataset needs a LLaMA-Factory data folder holding {DATA_CONFIG}")
-    info = load_dataset_info(folder)
+    info = load_dataset_info(folder, allow_outside_root)
     names = [name.strip() for name in dataset_name.split(",") if name.strip()]
     attrs = []
     for name in names:
@@ -277,7 +295,7 @@ def read_llamafactory(
     media_dir = image_root or folder  # data_args.media_dir defaults to dataset_dir
     for attr in attrs:
         convert = converter(attr)
-        for path in data_files(folder, attr):
+        for path in data_files(folder, attr, allow_outside_root):
             reader = READERS[os.path.splitext(path)[1][1:].lower()]
             yield from reader(
                 path, layout="sharegpt", image_root=media_dir, source=rel(path), convert=convert

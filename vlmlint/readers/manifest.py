@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from vlmlint.readers.batches import RowBatch
-from vlmlint.readers.files import DatasetError
+from vlmlint.readers.files import DatasetError, is_regular_file
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
 from vlmlint.sample import RowProblem, Sample
@@ -227,6 +227,66 @@ def _in_batches(
 
 def _batch(source, base_dir, image_root, file_layout: _FileLayout, rows: list[_Raw]) -> LineBatch:
     return LineBatch(source, base_dir, image_root, file_layout.value, file_layout.detected, tuple(rows))
+
+
+# A JSON file of settings a dataset carries (dataset_info.json, state.json, dataset_dict.json) above
+# this is refused unread: real ones are kilobytes. orjson refuses nesting past 1024 levels.
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
+def read_config_json(path: str) -> Any:
+    """A dataset's own settings file, parsed; DatasetError (one line naming it) when too big or not JSON."""
+    if not is_regular_file(path):
+        raise DatasetError(f"{path}: not a regular file")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise DatasetError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not read")
+    try:
+        return orjson.loads(data.removeprefix(b"\xef\xbb\xbf"))
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not readable JSON: {exc}") from None
+
+
+# metadata.csv: a field above the csv module's limit (131,072 characters) is VLM101 on its row; lines
+# are read at most MAX_CSV_LINE_CHARS at a time, so a file without newlines never sits in memory whole.
+MAX_CSV_FIELD_CHARS = 131072
+MAX_CSV_LINE_CHARS = 2**20
+
+
+def csv_rows(handle) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """A CSV file's rows as (line number, row, None), or (line, None, error) for a row csv cannot read.
+
+    The csv module raises for a field above its limit or a quote left open at the end of the file;
+    the reading goes on after it (a row the error cut may then read as other rows).
+    """
+    import csv
+
+    lines = iter(lambda: handle.readline(MAX_CSV_LINE_CHARS), "")
+    reader = csv.reader(lines, strict=False)
+    header: list[str] | None = None
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if header is None:
+                raise DatasetError(f"{handle.name}: the CSV header cannot be read: {exc}") from None
+            yield (
+                reader.line_num,
+                None,
+                f"CSV row cannot be read: {exc} (limit {MAX_CSV_FIELD_CHARS:,} characters a field)",
+            )
+            continue
+        if header is None:
+            header = values
+        elif values:  # csv.DictReader skips blank rows too
+            row: dict[str, Any] = dict(zip(header, values, strict=False))
+            row.update((key, None) for key in header[len(values) :])
+            if len(values) > len(header):
+                row[None] = values[len(header) :]  # type: ignore[index]  # as csv.DictReader does
+            yield reader.line_num, row, None
 
 
 def _first_significant_byte(path: str) -> bytes:
