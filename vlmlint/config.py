@@ -251,12 +251,12 @@ def refuse_relaxed_safety(path: Path, settings: Mapping[str, Any], flags: Mappin
     `flags`: a key a flag sets is the flag's, whatever the file says.
     """
     repository = os.path.realpath(path.parent)
-    hint = "a pull request could set it"
+    shown = os.path.relpath(path)  # as the user would pass it to --config from here
 
-    def refuse(key: str, what: str, flag: str) -> ConfigError:
+    def refuse(what: str, flag: str) -> ConfigError:
         return ConfigError(
-            f"{path.name}: {what} is not taken from a config file found in the scanned folder ({hint}); "
-            f"pass {flag} or --config {path.name}"
+            f"{shown}: {what} is not taken from a config file found in the scanned folder (a pull request "
+            f"could set it); pass {flag} or --config {shown}"
         )
 
     def given(key: str) -> bool:
@@ -264,23 +264,20 @@ def refuse_relaxed_safety(path: Path, settings: Mapping[str, Any], flags: Mappin
 
     for key, flag in SAFETY_SWITCHES.items():
         if given(key) and settings[key]:
-            raise refuse(key, _key(key), flag)
+            raise refuse(_key(key), flag)
     if given("image_root") and not _within(settings["image_root"], repository):
-        raise refuse(
-            "image_root", f"image-root {settings['image_root']!r} (outside {repository})", "--image-root"
-        )
+        raise refuse(f"image-root {settings['image_root']!r} (outside {repository})", "--image-root")
     if given("model") and os.path.isdir(settings["model"]) and not _within(settings["model"], repository):
-        raise refuse("model", f"model folder {settings['model']!r} (outside {repository})", "--model")
+        raise refuse(f"model folder {settings['model']!r} (outside {repository})", "--model")
     cores = os.cpu_count() or 1
     if given("jobs") and settings["jobs"] > cores:
-        raise refuse("jobs", f"jobs = {settings['jobs']} (more than this machine's {cores} cores)", "--jobs")
+        raise refuse(f"jobs = {settings['jobs']} (more than this machine's {cores} cores)", "--jobs")
     thresholds = settings.get("thresholds") or {}
     flagged = {name.replace("-", "_") for name in flags.get("thresholds") or {}}
     for name, value in thresholds.items():
         key = name.replace("-", "_")
         if key in WORK_BOUNDS and key not in flagged and value > THRESHOLD_DEFAULTS[key]:
             raise refuse(
-                key,
                 f"thresholds.{_key(key)} = {value} (above the default {THRESHOLD_DEFAULTS[key]}, more work per row)",
                 f"--threshold {key}=N",
             )

@@ -558,11 +558,19 @@ def _unknown_layout(fields: tuple[str, ...], detail: str = "") -> RowProblem:
     )
 
 
+# An id longer than this is cut (with a marker): ids are kept per row for duplicates and reports, and
+# a tiny parquet file can repeat a megabyte id a million times.
+MAX_ID_CHARS = 1024
+
+
 def _id_text(raw_id: Any) -> str:
     """A non-string id as text (ids are compared as text): str(), bounded for containers."""
     if isinstance(raw_id, (list, tuple, Mapping)):
         return _short(raw_id, 200)  # str() would recurse through any depth and write any length
-    return str(raw_id)
+    text = raw_id if isinstance(raw_id, str) else str(raw_id)
+    if len(text) > MAX_ID_CHARS:
+        return f"{text[:MAX_ID_CHARS]}...[{len(text):,} characters]"
+    return text
 
 
 def _list_notes(row: Mapping[str, Any], layout: str) -> tuple[RowProblem, ...]:
