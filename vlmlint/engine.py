@@ -459,16 +459,15 @@ class Scanner:
         return self._shape_cache.render(messages)
 
     def _render_template(self, messages: tuple[Message, ...]) -> str:
-        """One full jinja render, exactly as processor.apply_chat_template does it."""
-        from transformers.utils.chat_template_utils import render_jinja_template
+        """One full jinja render, exactly as processor.apply_chat_template does it, within its bounds."""
+        from vlmlint.templates import render
 
-        prompts, _ = render_jinja_template(
-            conversations=[conversation_for_template(messages)],
-            chat_template=self.template,
-            add_generation_prompt=self.config.add_generation_prompt,
+        return render(
+            self.template,
+            conversation_for_template(messages),
+            self.config.add_generation_prompt,
             **self.model.tokenizer.special_tokens_map,
         )
-        return prompts[0]
 
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems or sample.pretokenized is not None:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from vlmlint.sample import Message, Part, Role
+from vlmlint.templates import TemplateLimit
 
 Shape = tuple[tuple[str, tuple[bool, ...]], ...]
 Renderer = Callable[[Sequence[Message]], str]
@@ -154,6 +155,8 @@ class ShapeCache:
             )
             try:
                 self._render_full(skeleton)
+            except TemplateLimit:
+                return False  # a template that runs away is never probed further: each row renders in full
             except Exception:
                 continue  # the template refuses this shape (e.g. no system role): try the others
             layout = self._learn(skeleton)

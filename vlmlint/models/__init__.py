@@ -9,16 +9,26 @@ and config.json.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, Segment, processor_defaults
-from vlmlint.models.files import model_file
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    Segment,
+    check_image_config,
+    check_settings,
+    processor_defaults,
+)
+from vlmlint.models.files import ModelFileRefused, check_folder, model_file, read_json_file
 from vlmlint.models.registry import FAMILIES, find_family
+from vlmlint.templates import TemplateLimit
 
 __all__ = [
     "FAMILIES",
@@ -91,8 +101,7 @@ def _read_json(model: str, filename: str) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = read_json_file(path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"{model}: cannot read {filename}: {exc}") from None
     return data if isinstance(data, dict) else {}
@@ -150,19 +159,18 @@ def _template_placeholder(template: str | None, tokenizer: Any, image_token: str
     """
     if not template:
         return None
-    from transformers.utils.chat_template_utils import render_jinja_template
+    from vlmlint.templates import TemplateLimit
+    from vlmlint.templates import render as render_template
 
     def render(content: list[dict[str, Any]]) -> str:
-        conversation = [{"role": "user", "content": content}]
         special = getattr(tokenizer, "special_tokens_map", None) or {}
-        prompts, _ = render_jinja_template(
-            conversations=[conversation], chat_template=template, add_generation_prompt=False, **special
-        )
-        return prompts[0]
+        return render_template(template, [{"role": "user", "content": content}], False, **special)
 
     text = {"type": "text", "text": "vlmlint"}
     try:
         with_image, without = render([{"type": "image"}, text]), render([text])
+    except TemplateLimit:
+        raise
     except Exception:  # a template that refuses the probe: keep the processor's own token
         return None
     prefix = len(os.path.commonprefix([with_image, without]))
@@ -171,6 +179,29 @@ def _template_placeholder(template: str | None, tokenizer: Any, image_token: str
     if written and image_token and image_token in written:
         return image_token  # the processor's token, perhaps inside markers the template adds around it
     return written.strip()
+
+
+def _template_refusal(name: str, exc: Exception) -> str:
+    return (
+        f"{name}: its chat template is refused: on a one-turn probe conversation {exc}; "
+        "fix the template or scan with --no-chat-template"
+    )
+
+
+def _probe_template(name: str, template: str | None, tokenizer: Any) -> None:
+    """Refuse, at load, a chat template that runs past its bounds on the smallest conversation."""
+    if not template:
+        return
+    from vlmlint.templates import TemplateLimit, render
+
+    special = getattr(tokenizer, "special_tokens_map", None) or {}
+    probe = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "vlmlint"}]}]
+    try:
+        render(template, probe, False, **special)
+    except TemplateLimit as exc:
+        raise ModelError(_template_refusal(name, exc)) from None
+    except Exception:  # noqa: BLE001 (a template may refuse the probe's shape; rows then say why)
+        return
 
 
 def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> Model:
@@ -204,7 +235,10 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
         template = _read_chat_template(name, tokenizer)
     image_token = getattr(processor, "image_token", None)
     image_token = image_token if isinstance(image_token, str) and image_token else None
-    placeholder = _template_placeholder(template, tokenizer, image_token)
+    try:
+        placeholder = _template_placeholder(template, tokenizer, image_token)
+    except TemplateLimit as exc:
+        raise ModelError(_template_refusal(name, exc)) from None
     if placeholder is None:
         placeholder = image_token or ""
     image_ids = image_token_ids(processor, model_config)
@@ -226,6 +260,12 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
             f"decoded images (slow){missing}"
         ),
     )
+
+
+def _line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message as one bounded line."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _quiet_transformers() -> None:
@@ -267,6 +307,11 @@ _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureEx
 
 
 def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = False) -> Model:
+    if os.path.isdir(name):
+        try:
+            check_folder(name)
+        except (ModelFileRefused, OSError) as exc:
+            raise ModelError(f"{name}: {exc}") from None
     preprocessor = _read_json(name, "preprocessor_config.json")
     processor_config = _read_json(name, "processor_config.json")
     nested = (
@@ -280,6 +325,11 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
             "pass a processor folder or a hub id of a vision-language model"
         )
     image_config = preprocessor or nested
+    try:
+        check_image_config(image_config)
+    except CountError as exc:
+        where = "preprocessor_config.json" if preprocessor else "processor_config.json's image_processor"
+        raise ModelError(f"{name}: {where}: {exc}") from None
     tokenizer_config = _read_json(name, "tokenizer_config.json")
     processor_class = (
         processor_config.get("processor_class")
@@ -319,8 +369,10 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
             warnings.simplefilter("ignore")
             image_processor = AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
             tokenizer = _load_tokenizer(name, family, trust_remote_code)
-    except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise ModelError(f"{name}: cannot load its image processor or tokenizer: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 (a hostile folder makes transformers raise anything)
+        raise ModelError(
+            f"{name}: cannot load its image processor or tokenizer: {type(exc).__name__}: {_line(exc)}"
+        ) from None
     try:
         processor_settings = _processor_settings(processor_class, processor_config)
         # ProcessorMixin._merge_kwargs lets the tokenizer's init kwargs (tokenizer_config.json) override
@@ -331,16 +383,23 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         # ... and their BOS (MllamaProcessor, PaliGemmaProcessor): the tokenizer's, whatever it is.
         processor_settings["tokenizer_bos_token"] = getattr(tokenizer, "bos_token", None)
         settings = family.settings_from(image_processor, processor_settings, model_config)
+        check_settings(settings)
         family = family.bound(settings)
     except CountError as exc:
         raise ModelError(f"{name}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError, IndexError) as exc:
+        raise ModelError(
+            f"{name}: its processor settings are not usable by {family.title}: {type(exc).__name__}: {_line(exc)}"
+        ) from None
+    chat_template = _read_chat_template(name, tokenizer)
+    _probe_template(name, chat_template, tokenizer)
     return Model(
         name=name,
         family=family,
         settings=settings,
         image_processor=image_processor,
         tokenizer=tokenizer,
-        chat_template=_read_chat_template(name, tokenizer),
+        chat_template=chat_template,
         max_position_embeddings=_max_position_embeddings(model_config),
         processor_class=processor_class,
         image_processor_type=image_processor_type,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,3 +117,107 @@ class Family:
             return self
         prompt = getattr(settings, "raw_image_prompt", placeholder)
         return dataclasses.replace(self, placeholder=placeholder, raw_image_prompt=prompt)
+
+
+# ---- settings a model folder may hold: checked where they are read, refused with the key and value ----
+
+MAX_SETTING = 2**31 - 1  # whole-number settings (sizes, pixel counts, patch sizes) above this are absurd
+# Settings that may be 0 (a token count that can be absent); every other whole number must be >= 1.
+_ZERO_OK = frozenset({"num_additional_image_tokens", "cls_tokens", "pad_size"})
+
+
+def positive_int(value: Any, key: str, minimum: int = 1) -> int:
+    """`value` as a whole number from `minimum` to MAX_SETTING, else CountError naming the key."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SETTING:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SETTING:
+        raise CountError(f"{key} must be a whole number from {minimum} to {MAX_SETTING:,}, got {value!r}")
+    return value
+
+
+def check_settings(settings: Any, where: str = "") -> None:
+    """Every number of a family's settings within bounds (CountError naming the key); None is allowed."""
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        items = [(f.name, getattr(settings, f.name)) for f in dataclasses.fields(settings)]
+    elif isinstance(settings, dict):
+        items = list(settings.items())
+    else:
+        return
+    for name, value in items:
+        key = f"{where}.{name}" if where else str(name)
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, int):
+            positive_int(value, key, 0 if name in _ZERO_OK else 1)
+        elif isinstance(value, float):
+            if not math.isfinite(value) or value <= 0:
+                raise CountError(f"{key} must be a finite number above 0, got {value!r}")
+        elif isinstance(value, (tuple, list)):
+            for i, item in enumerate(value[:10_000]):
+                if isinstance(item, (tuple, list)):
+                    for part in item:
+                        positive_int(part, f"{key}[{i}]")
+                elif isinstance(item, (int, float)) and not isinstance(item, bool):
+                    positive_int(item, f"{key}[{i}]")
+        elif isinstance(value, dict) or dataclasses.is_dataclass(value):
+            check_settings(value, key)
+
+
+# The image processor settings families read from preprocessor_config.json, checked before transformers
+# sees them: transformers takes them as they are (int("x"), a 0 patch size, a list where a name goes).
+_WHOLE_KEYS = frozenset(
+    {
+        "patch_size", "merge_size", "temporal_patch_size", "spatial_merge_size", "min_pixels", "max_pixels",
+        "image_seq_length", "image_seq_len", "max_patches", "min_patches", "max_image_tiles",
+        "num_image_tokens", "tile_size", "pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops",
+        "size", "crop_size", "max_image_size",
+    }
+)  # fmt: skip
+_EDGE_KEYS = frozenset({"height", "width", "shortest_edge", "longest_edge", "max_height", "max_width"})
+_NAME_KEYS = ("image_processor_type", "feature_extractor_type", "processor_class")
+MAX_PINPOINTS = 1024  # LLaVA-NeXT's grid pinpoints: real ones list 5 to 36
+
+
+def check_image_config(config: dict[str, Any]) -> None:
+    """CountError naming the first preprocessor_config.json key whose value no processor could use."""
+    for key in _NAME_KEYS:
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise CountError(f"{key} must be a class name (a string), got {config[key]!r}")
+    for key, value in config.items():
+        if value is None:
+            continue  # unset: the class default
+        if key in _WHOLE_KEYS:
+            if isinstance(value, dict):
+                for edge, number in value.items():
+                    if edge in _EDGE_KEYS and number is not None:
+                        positive_int(number, f"{key}.{edge}")
+            else:
+                positive_int(value, key)
+        elif key in ("image_mean", "image_std"):
+            numbers = value if isinstance(value, list) else [value]
+            if len(numbers) not in (1, 3) or not all(_finite(n) for n in numbers):
+                raise CountError(f"{key} must be 1 or 3 finite numbers, got {value!r}")
+        elif key == "resample":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 5:
+                raise CountError(f"resample must be a PIL filter number from 0 to 5, got {value!r}")
+        elif key in ("rescale_factor", "pan_and_scan_min_ratio_to_activate"):
+            if not _finite(value) or value <= 0:
+                raise CountError(f"{key} must be a finite number above 0, got {value!r}")
+        elif key == "image_grid_pinpoints":
+            if not isinstance(value, list) or not value or len(value) > MAX_PINPOINTS:
+                raise CountError(
+                    f"image_grid_pinpoints must be a list of 1 to {MAX_PINPOINTS} [height, width] pairs"
+                )
+            for i, pair in enumerate(value):
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise CountError(
+                        f"image_grid_pinpoints[{i}] must be a [height, width] pair, got {pair!r}"
+                    )
+                for number in pair:
+                    positive_int(number, f"image_grid_pinpoints[{i}]")
+        elif key.startswith("do_") and not isinstance(value, bool):
+            raise CountError(f"{key} must be true or false, got {value!r}")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

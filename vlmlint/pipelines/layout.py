@@ -126,17 +126,15 @@ def _render(scanner: Scanner, messages: tuple[Message, ...], generation_prompt: 
     if scanner.template is None:
         text = scanner.render(messages) if messages else ""
         return text + "\n" if generation_prompt and messages else text
-    from transformers.utils.chat_template_utils import render_jinja_template
-
     from vlmlint.engine import conversation_for_template
+    from vlmlint.templates import render
 
-    prompts, _ = render_jinja_template(
-        conversations=[conversation_for_template(messages)],
-        chat_template=scanner.template,
-        add_generation_prompt=generation_prompt,
+    return render(
+        scanner.template,
+        conversation_for_template(messages),
+        generation_prompt,
         **scanner.model.tokenizer.special_tokens_map,
     )
-    return prompts[0]
 
 
 def _answer_bounds(
