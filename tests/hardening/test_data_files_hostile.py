@@ -9,7 +9,6 @@ program starts audited, peak memory measured.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 
@@ -392,25 +391,4 @@ def test_parquet_value_between_the_value_and_page_bounds(tmp_path, record):
         "bounds",
         "parquet value of 100 MB (zstd) among 999 small rows",
         f"VLM101 on that row only: {shape(bad[0][1][0][1])}; the other rows are read; peak memory below 1 GiB",
-    )
-
-
-# -- CSV metadata (the helper folder.py's metadata.csv reader can call) ----------------------------------
-
-
-def test_csv_field_over_the_limit_and_unclosed_quote(record):
-    from vlmlint.readers.manifest import csv_rows
-
-    text = "file_name,text\na.jpg,hi\nb.jpg," + "x" * 200_000 + "\nc.jpg,ok\n"
-    rows = list(csv_rows(io.StringIO(text)))
-    assert [row["file_name"] if row else None for _, row, _ in rows] == ["a.jpg", None, "c.jpg"]
-    assert "field larger than field limit" in rows[1][2]
-    unclosed = list(csv_rows(io.StringIO('file_name,text\na.jpg,hi\nb.jpg,"never closed\n' + "y\n" * 10)))
-    assert unclosed[0][1]["file_name"] == "a.jpg" and len(unclosed) == 2
-    no_newline = list(csv_rows(io.StringIO("file_name,text\n" + "z" * 5 * 2**20)))
-    assert all(row is None for _, row, _ in no_newline)
-    record(
-        "manifests",
-        "metadata.csv field above 131,072 characters; a quote never closed; 5 MB without a newline",
-        f"a finding on that row ({rows[1][2]}); the next rows are read; lines read 1 MiB at a time",
     )

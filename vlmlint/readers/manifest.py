@@ -248,47 +248,6 @@ def read_config_json(path: str) -> Any:
         raise DatasetError(f"{path}: not readable JSON: {exc}") from None
 
 
-# metadata.csv: a field above the csv module's limit (131,072 characters) is VLM101 on its row; lines
-# are read at most MAX_CSV_LINE_CHARS at a time, so a file without newlines never sits in memory whole.
-MAX_CSV_FIELD_CHARS = 131072
-MAX_CSV_LINE_CHARS = 2**20
-
-
-def csv_rows(handle) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """A CSV file's rows as (line number, row, None), or (line, None, error) for a row csv cannot read.
-
-    The csv module raises for a field above its limit or a quote left open at the end of the file;
-    the reading goes on after it (a row the error cut may then read as other rows).
-    """
-    import csv
-
-    lines = iter(lambda: handle.readline(MAX_CSV_LINE_CHARS), "")
-    reader = csv.reader(lines, strict=False)
-    header: list[str] | None = None
-    while True:
-        try:
-            values = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            if header is None:
-                raise DatasetError(f"{handle.name}: the CSV header cannot be read: {exc}") from None
-            yield (
-                reader.line_num,
-                None,
-                f"CSV row cannot be read: {exc} (limit {MAX_CSV_FIELD_CHARS:,} characters a field)",
-            )
-            continue
-        if header is None:
-            header = values
-        elif values:  # csv.DictReader skips blank rows too
-            row: dict[str, Any] = dict(zip(header, values, strict=False))
-            row.update((key, None) for key in header[len(values) :])
-            if len(values) > len(header):
-                row[None] = values[len(header) :]  # type: ignore[index]  # as csv.DictReader does
-            yield reader.line_num, row, None
-
-
 def _first_significant_byte(path: str) -> bytes:
     with open(path, "rb") as handle:
         chunk = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
