@@ -169,7 +169,7 @@ def test_broken_and_missing_shards_are_rows_and_the_scan_goes_on(demo_copy):
 def test_oversized_member_and_duplicate_member(tmp_path, monkeypatch):
     import vlmlint.readers.webdataset as webdataset
 
-    monkeypatch.setattr(webdataset, "MAX_MEMBER_BYTES", 100)
+    monkeypatch.setattr(webdataset, "MAX_IMAGE_MEMBER_BYTES", 100)
     with tarfile.open(tmp_path / "s.tar", "w") as tar:
         _add(tar, "a.jpg", b"x" * 200)
         _add(tar, "a.txt", b"cap")

@@ -2,8 +2,8 @@
 
 A member's key is its path up to the first dot of its file name, the rest is its extension
 (`dir/000042.seg.png`: key `dir/000042`, extension `seg.png`), as the webdataset library splits them;
-consecutive members with one key make one sample. The shard is read front to back with tarfile's
-stream mode (gzip, bz2 and xz shards too) and nothing is extracted to disk: images are read as bytes.
+consecutive members with one key make one sample. The shard is read front to back as a stream (gzip,
+bz2 and xz shards too) and nothing is extracted to disk: images are read as bytes.
 
 Each sample becomes the row a manifest would hold, then goes through the same layout parsing:
 - `KEY.json` holding a conversation (llava, sharegpt, openai, alpaca or pretokenized fields): that
@@ -13,19 +13,30 @@ Each sample becomes the row a manifest would hold, then goes through the same la
   "caption" or "text" of `KEY.json`, else empty. Other members (`.cls`, ...) are ignored.
 
 A sample without an image or a conversation, an unreadable or truncated shard (the samples before the
-damage are kept), a member above MAX_MEMBER_BYTES: each is one VLM101 row, and the scan goes on with
-the next shard. Samples are numbered from 0 in each shard; they have no line.
+damage are kept), a member or header beyond the bounds below: each is one VLM101 row, and the scan goes
+on with the next sample or shard. Samples are numbered from 0 in each shard; they have no line.
+
+The tar is parsed here, 512-byte headers and all, not by tarfile: tarfile reads a GNU long name or a pax
+header whole whatever size it declares, and keeps every member's TarInfo for the life of the archive.
+Here a header body is refused by its declared size before it is read, only the members a sample uses
+are read (images, .json, .txt; others are skipped), and a compressed shard stops where it has
+decompressed to MAX_EXPANSION times its file size (a gzip bomb). A member whose header or name is bad
+is a VLM101 on its sample, named as far as the header allows; a sample never vanishes without one.
+Hidden files (`.x`, `._x`) and names without an extension are skipped, as webdataset skips them.
 """
 
 from __future__ import annotations
 
+import bz2
 import glob
+import gzip
+import lzma
 import os
 import re
-import tarfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -36,8 +47,26 @@ from vlmlint.readers.manifest import _FileLayout
 from vlmlint.sample import RowProblem, Sample
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-# A member is read into memory whole; a larger one (no real image or caption is) is reported instead.
-MAX_MEMBER_BYTES = 256 * 2**20
+# Bounds: beyond each, a VLM101 on the sample (or on the rest of the shard) instead of a read.
+MAX_HEADER_BYTES = 64 * 2**10  # the body of a GNU long name / long link or a pax header
+MAX_TEXT_MEMBER_BYTES = 16 * 2**20  # a .json or .txt member, read whole
+# An image member travels with its sample as bytes (and stays with a flagged row in the report).
+MAX_IMAGE_MEMBER_BYTES = 32 * 2**20
+MAX_SAMPLE_BYTES = 64 * 2**20  # the members one sample keeps, together
+MAX_SAMPLE_MEMBERS = 1024
+MAX_SHARD_MEMBERS = 1_000_000  # headers of one shard (each costs time, even skipped)
+# A compressed shard decompresses to at most this many times its file size (or _EXPANSION_FLOOR).
+MAX_EXPANSION = 100
+_EXPANSION_FLOOR = 256 * 2**20
+_LISTED_PROBLEMS = 5  # a sample's message lists this many problems, then counts the others
+_BLOCK = 512
+_ZEROS = bytes(_BLOCK)
+_SKIP_CHUNK = 2**20
+_TEXT_EXTENSIONS = frozenset({"json", "txt"})
+_REGULAR = frozenset({b"0", b"\0", b"7", b"S"})  # S: a GNU sparse file (reported, not read)
+_NO_BODY = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})  # links, devices, folders, FIFOs: size ignored
+_HEADERS = {b"L": "GNU long name", b"K": "GNU long link name", b"x": "pax", b"g": "pax global"}
+_PAX_RECORD = re.compile(rb"(\d{1,20}) ([^=\n]+)=")
 # The row field that holds a conversation layout's images.
 _IMAGE_FIELD = {"llava": "image", "sharegpt": "images", "openai": "images", "alpaca": "images"}
 _BRACES = re.compile(r"\{([^{}]*)\}")
@@ -82,12 +111,301 @@ def shard_paths(pattern: str) -> list[str]:
     return found
 
 
+class _Damage(Exception):
+    """The rest of the shard cannot be read; the message says why, `member` the member it broke off in."""
+
+    def __init__(self, message: str, member: str | None = None):
+        super().__init__(message)
+        self.member = member
+
+
+def _open_stream(handle: IO[bytes]) -> IO[bytes] | None:
+    """A decompressing reader for a gzip, bz2 or xz shard (by its magic bytes); None for a plain tar."""
+    magic = handle.read(6)
+    handle.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=handle, mode="rb")
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(handle)
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(handle)
+    return None
+
+
+class _Stream:
+    """A shard's tar bytes front to back: seeks over what a plain tar skips, counts what a compressed one
+    decompresses (and stops at MAX_EXPANSION times the file's size)."""
+
+    def __init__(self, handle: IO[bytes]):
+        self.size = os.fstat(handle.fileno()).st_size
+        decompressed = _open_stream(handle)
+        self.raw = decompressed or handle
+        self.plain = decompressed is None
+        self.limit = None if self.plain else max(self.size * MAX_EXPANSION, _EXPANSION_FLOOR)
+        self.offset = 0  # bytes of tar consumed
+
+    def read(self, count: int) -> bytes:
+        if self.limit is not None and self.offset + count > self.limit:
+            raise _Damage(
+                f"it decompresses to more than {MAX_EXPANSION} times its size ({self.limit:,} bytes):"
+                " a decompression bomb? the rest is not read"
+            )
+        chunks = []
+        while count > 0:
+            data = self.raw.read(count)
+            if not data:
+                break
+            chunks.append(data)
+            count -= len(data)
+        data = b"".join(chunks)
+        self.offset += len(data)
+        return data
+
+    def skip(self, count: int) -> bool:
+        """Pass `count` bytes; False when the shard ends first."""
+        if self.plain:
+            if self.offset + count > self.size:
+                return False
+            self.raw.seek(count, os.SEEK_CUR)
+            self.offset += count
+            return True
+        while count > 0:
+            data = self.read(min(count, _SKIP_CHUNK))
+            if not data:
+                return False
+            count -= len(data)
+        return True
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A regular-file member: its name, body size and, when it cannot be used, why (its body is skipped)."""
+
+    name: str
+    size: int
+    problem: str | None = None
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def _number(field_: bytes) -> int:
+    """A header's numeric field: octal text, or GNU base-256 (first byte 0x80 / 0xff) for large values."""
+    if field_[:1] in (b"\x80", b"\xff"):
+        value = int.from_bytes(field_[1:], "big")
+        return value - 256 ** (len(field_) - 1) if field_[0] == 0xFF else value
+    text = field_.split(b"\0", 1)[0].strip()
+    return int(text or b"0", 8)  # ValueError on anything else
+
+
+def _text(data: bytes) -> str:
+    # Invalid UTF-8 stays visible and distinct, and a report can still encode it.
+    return data.split(b"\0", 1)[0].decode("utf-8", errors="backslashreplace")
+
+
+def _checksum_ok(block: bytes) -> bool:
+    stored = _number(block[148:156])
+    unsigned = 256 + sum(block[:148]) + sum(block[156:])
+    if stored == unsigned:
+        return True
+    signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:])  # old tars summed signed
+    return stored == 256 + signed
+
+
+def _pax_records(body: bytes) -> dict[bytes, bytes]:
+    """`LENGTH KEY=VALUE\n` records; ValueError when one is malformed."""
+    records, position = {}, 0
+    while position < len(body) and body[position:].strip(b"\0"):
+        match = _PAX_RECORD.match(body, position)
+        if match is None:
+            raise ValueError("a record is not LENGTH KEY=VALUE")
+        end = match.start(1) + int(match.group(1))
+        if end <= match.end() or end > len(body) or body[end - 1 : end] != b"\n":
+            raise ValueError("a record's length is wrong")
+        records[match.group(2)] = body[match.end() : end - 1]
+        position = end
+    return records
+
+
+class _Tar:
+    """A tar read header by header (ustar, GNU and pax), without tarfile: see the module docstring."""
+
+    def __init__(self, stream: _Stream):
+        self.stream = stream
+        self.pending = 0  # body bytes of the last header, still to pass
+        self.pending_what = ""
+        self.pending_member: str | None = None  # the member those bytes belong to
+
+    def _pass_pending(self) -> None:
+        try:
+            passed = not self.pending or self.stream.skip(self.pending)
+        except _Damage as exc:  # a bomb inside a member: that member's sample is broken too
+            raise _Damage(str(exc), self.pending_member) from None
+        if not passed:
+            raise _Damage(f"the shard is truncated: it ends inside {self.pending_what}", self.pending_member)
+        self.pending, self.pending_member = 0, None
+
+    def body(self, entry: _Entry) -> bytes:
+        """The body of the entry just yielded, read whole (the caller checked its size)."""
+        try:
+            data = self.stream.read(entry.size)
+        except _Damage as exc:
+            raise _Damage(str(exc), entry.name) from None
+        if len(data) < entry.size:
+            raise _Damage(f"the shard is truncated: it ends inside member {entry.name}", entry.name)
+        self.pending = _padded(entry.size) - entry.size
+        return data
+
+    def _header_body(self, size: int, what: str) -> bytes:
+        data = self.stream.read(size)
+        if len(data) < size:
+            raise _Damage(f"the shard is truncated: it ends inside {what}")
+        self.pending, self.pending_what = _padded(size) - size, what
+        return data
+
+    def entries(self) -> Iterator[_Entry]:
+        long_name: str | None = None
+        pax: dict[bytes, bytes] = {}
+        problem: str | None = None
+        headers = 0
+        while True:
+            self._pass_pending()
+            at = self.stream.offset
+            block = self.stream.read(_BLOCK)
+            if not block:
+                if at == 0:
+                    raise _Damage("the file is empty")
+                return  # ends without the two zero blocks: tarfile accepts that too
+            if len(block) < _BLOCK:
+                raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
+            if block == _ZEROS:
+                return  # the end-of-archive marker
+            headers += 1
+            if headers > MAX_SHARD_MEMBERS:
+                raise _Damage(f"it has more than {MAX_SHARD_MEMBERS:,} members; the rest is not read")
+            try:
+                if not _checksum_ok(block):
+                    raise ValueError
+                size = _number(block[124:136])
+            except ValueError:
+                where = "it is not a tar file" if at == 0 else f"byte {at:,} is not a valid tar header"
+                raise _Damage(f"{where} (truncated or not a tar file?)") from None
+            kind = block[156:157]
+            if size < 0:
+                raise _Damage(f"the header at byte {at:,} declares a negative size")
+            name = _text(block[:100])
+            prefix = _text(block[345:500]) if block[257:263] == b"ustar\0" else ""
+            if prefix and kind not in (b"L", b"K", b"S"):
+                name = f"{prefix}/{name}"
+            if kind in _HEADERS:
+                what = f"a {_HEADERS[kind]} header of {size:,} bytes"
+                self.pending, self.pending_what = _padded(size), what
+                if kind == b"g":
+                    continue  # global settings: nothing vlmlint uses
+                if size > MAX_HEADER_BYTES:
+                    problem = (
+                        f"its {_HEADERS[kind]} header is {size:,} bytes, above {MAX_HEADER_BYTES:,}: not read"
+                    )
+                    continue
+                self.pending = 0
+                data = self._header_body(size, what)
+                if kind == b"L":
+                    long_name = _text(data)
+                elif kind == b"x":
+                    try:
+                        pax = _pax_records(data)
+                        if b"size" in pax and not pax[b"size"].isdigit():
+                            raise ValueError("its size is not a number")
+                    except ValueError as exc:
+                        pax, problem = {}, f"its pax header is malformed ({exc}): not read"
+                continue
+            if kind in _REGULAR:
+                sparse = kind == b"S" or bool(pax) and any(key.startswith(b"GNU.sparse.") for key in pax)
+                if kind == b"S" and block[482]:  # more of the sparse map follows in extension blocks
+                    while True:
+                        extension = self.stream.read(_BLOCK)
+                        if len(extension) < _BLOCK:
+                            raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
+                        if not extension[504]:
+                            break
+                if b"path" in pax:
+                    name = pax[b"path"].decode("utf-8", errors="backslashreplace")
+                elif b"GNU.sparse.name" in pax:
+                    name = pax[b"GNU.sparse.name"].decode("utf-8", errors="backslashreplace")
+                elif long_name is not None:
+                    name = long_name
+                if b"size" in pax:
+                    size = int(pax[b"size"])
+                if sparse and problem is None:
+                    problem = "it is a sparse file (tar --sparse), which vlmlint does not read"
+                entry = _Entry(name, size, problem)
+                self.pending, self.pending_what = _padded(size), f"member {name}"
+                self.pending_member = name
+                yield entry
+            elif kind not in _NO_BODY:
+                self.pending, self.pending_what = _padded(size), f"the member at byte {at:,}"
+            long_name, pax, problem = None, {}, None
+
+
 @dataclass
 class _Group:
     key: str
-    members: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # extension -> (name, bytes)
+    members: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)  # extension -> (name, bytes)
     order: list[str] = field(default_factory=list)  # extensions in tar order
     problems: list[str] = field(default_factory=list)
+    more_problems: int = 0  # beyond the listed ones
+    count: int = 0  # members seen
+    kept: int = 0  # bytes held
+
+    def problem(self, message: str, *, listed: bool = False) -> None:
+        """`listed`: named even past _LISTED_PROBLEMS; a message already named is counted, not repeated."""
+        if listed or (len(self.problems) < _LISTED_PROBLEMS and message not in self.problems):
+            self.problems.append(message)
+        else:
+            self.more_problems += 1
+        if self.kept:  # the sample is a VLM101 now: what it held is not needed
+            self.members = {extension: (name, None) for extension, (name, _) in self.members.items()}
+            self.kept = 0
+
+    def add(self, entry: _Entry, extension: str, tar: _Tar) -> None:
+        self.count += 1
+        if self.count > MAX_SAMPLE_MEMBERS:
+            if self.count == MAX_SAMPLE_MEMBERS + 1:
+                self.problem(
+                    f"it has more than {MAX_SAMPLE_MEMBERS:,} members; the others are not read", listed=True
+                )
+            return
+        if entry.problem is not None:
+            self.problem(f"member {entry.name}: {entry.problem}")
+            return
+        if extension in self.members:
+            self.problem(f"member {entry.name} appears twice in one sample")
+            return
+        image = _is_image(extension)
+        data = None
+        if image or extension in _TEXT_EXTENSIONS:  # other members (.cls, ...) are not used: not read
+            limit = MAX_IMAGE_MEMBER_BYTES if image else MAX_TEXT_MEMBER_BYTES
+            if entry.size > limit:
+                what = "an image member" if image else "a .json or .txt member"
+                self.problem(
+                    f"member {entry.name} is {entry.size:,} bytes, above {limit:,}, the most {what} may hold: not read"
+                )
+                return
+            if self.kept + entry.size > MAX_SAMPLE_BYTES:
+                self.problem(
+                    f"member {entry.name}: the sample's members add up to more than {MAX_SAMPLE_BYTES:,} bytes: not read"
+                )
+                return
+            if not self.problems:
+                data = tar.body(entry)
+                self.kept += len(data)
+        self.members[extension] = (entry.name, data)
+        self.order.append(extension)
+
+    def message(self) -> str:
+        more = f"; and {self.more_problems:,} more" if self.more_problems else ""
+        return f"sample {self.key!r}: " + "; ".join(self.problems) + more
 
 
 def _split_name(name: str) -> tuple[str, str] | None:
@@ -99,6 +417,11 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return (f"{folder}/{stem}" if folder else stem), extension.lower()
 
 
+def _key(name: str) -> str:
+    split = _split_name(name)
+    return split[0] if split is not None else (name or "(no name)")
+
+
 def _groups(path: str) -> Iterator[_Group | str]:
     """The shard's samples in order; a string in their place says why the rest could not be read."""
     group: _Group | None = None
@@ -108,31 +431,30 @@ def _groups(path: str) -> Iterator[_Group | str]:
         yield f"shard cannot be opened: {exc.strerror or exc}"
         return
     try:
-        with handle, tarfile.open(fileobj=handle, mode="r|*") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                split = _split_name(member.name)
+        with handle:
+            tar = _Tar(_Stream(handle))
+            for entry in tar.entries():
+                split = _split_name(entry.name)
                 if split is None:
-                    continue
+                    if entry.problem is None:
+                        continue
+                    split = (_key(entry.name), "")  # a bad member is never skipped unsaid
                 key, extension = split
                 if group is None or key != group.key:
                     if group is not None:
                         yield group
                     group = _Group(key)
-                if member.size > MAX_MEMBER_BYTES:
-                    group.problems.append(
-                        f"member {member.name} is {member.size} bytes, above {MAX_MEMBER_BYTES}: not read"
-                    )
-                    continue
-                extracted = tar.extractfile(member)
-                data = extracted.read() if extracted is not None else b""
-                if extension in group.members:
-                    group.problems.append(f"member {member.name} appears twice in one sample")
-                    continue
-                group.members[extension] = (member.name, data)
-                group.order.append(extension)
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                group.add(entry, extension, tar)
+    except _Damage as exc:
+        broken = exc.member is not None and group is not None and _key(exc.member) == group.key
+        if group is not None and not broken:  # the damage lies after it: the sample is whole
+            yield group
+            where = f"after sample {group.key!r}"
+        else:
+            where = f"from sample {group.key!r} on" if group is not None else "from its start"
+        yield f"shard cannot be read {where}: {exc}"
+        return
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:  # a damaged compressed stream
         where = f"from sample {group.key!r} on" if group is not None else "from its start"
         yield f"shard cannot be read {where} (truncated or not a tar file?): {type(exc).__name__}: {exc}"
         return
@@ -210,7 +532,7 @@ def _sample(
     resolve: ImageResolver,
 ) -> Sample:
     if group.problems:
-        return _problem(source, index, group.key, f"sample {group.key!r}: " + "; ".join(group.problems))
+        return _problem(source, index, group.key, group.message())
     images = {
         extension: {"bytes": data, "path": name}
         for extension, (name, data) in group.members.items()
