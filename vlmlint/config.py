@@ -361,7 +361,9 @@ def check_setting(name: str, value: Any) -> Any:
     if name == "pipeline":
         from vlmlint.pipelines import PIPELINES
 
-        return _choice(name, value, tuple(PIPELINES))
+        if not isinstance(value, str) or value not in PIPELINES:  # worded as vlmlint.pipelines words it
+            raise ConfigError(f"unknown --pipeline {_short(value)}; known: {', '.join(PIPELINES)}")
+        return value
     if name == "fail_on":
         if isinstance(value, Severity):
             return value
@@ -393,7 +395,12 @@ def _pipeline_options(value: Any) -> Mapping[str, Any]:
     options: dict[str, Any] = {}
     for key, item in value.items():
         name = _text("pipeline_options key", key).replace("-", "_")
-        scalar = isinstance(item, (bool, int, str)) or (isinstance(item, float) and math.isfinite(item))
+        # None: a Python caller's "the trainer's default" (TOML and the flags cannot give it)
+        scalar = (
+            item is None
+            or isinstance(item, (bool, int, str))
+            or (isinstance(item, float) and math.isfinite(item))
+        )
         if not scalar or (isinstance(item, str) and len(item) > MAX_SETTING_CHARS):
             raise ConfigError(
                 f"pipeline-options {_short(key)} must be a string, a whole or finite number or true/false, "
