@@ -367,3 +367,22 @@ def test_flags_are_checked_alike(tree, tmp_path, flags, message, record):
     dataset, _ = tree
     run = scan(dataset, *flags)
     record("config", " ".join(flags), refused(run, tmp_path, message))
+
+
+def test_stats_refuses_alike_and_a_switch_left_off_is_fine(tree, tmp_path, record):
+    dataset, outside = tree
+    pyproject(dataset, "allow-outside-root = true")
+    run = run_guarded("stats", "data.jsonl", "-m", MODEL, "-q", cwd=dataset)
+    line = refused(run, tmp_path, "allow-outside-root", "--allow-outside-root")
+    assert run.touched(outside) == []
+    record("config", "vlmlint stats with a found config: allow-outside-root = true", line)
+    pyproject(
+        dataset, "trust-remote-code = false\nallow-remote = false\nallow-outside-root = false\njobs = 1"
+    )
+    run = scan(dataset)
+    assert run.exit_code == 0, run.stderr
+    record(
+        "config",
+        "found config: the safety switches set to false, jobs = 1",
+        "exit 0: taken (nothing relaxed)",
+    )
