@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from vlmlint.readers.batches import RowBatch
-from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
+from vlmlint.readers.files import DatasetError, is_regular_file, outside_target, walk
 from vlmlint.readers.folder import has_metadata, is_image_name, read_imagefolder, read_sidecar_folder
 from vlmlint.readers.hf import (
     is_saved_dataset,
@@ -63,7 +63,7 @@ def _dataset_files(folder: str) -> list[str]:
     Only regular files: a FIFO named data.jsonl would block the scan forever.
     """
     found = []
-    for directory, subdirs, files in os.walk(folder):
+    for directory, subdirs, files in walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         image_stems = {os.path.splitext(name)[0] for name in files if is_image_name(name)}
         for name in sorted(files):
@@ -82,7 +82,7 @@ def _dataset_files(folder: str) -> list[str]:
 def _shard_files(folder: str) -> list[str]:
     """WebDataset tar shards in a folder and below it, in path order (a folder without manifests)."""
     found = []
-    for directory, subdirs, files in os.walk(folder):
+    for directory, subdirs, files in walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         for name in sorted(files):
             path = os.path.join(directory, name)
@@ -172,7 +172,7 @@ def iter_samples(
                     yield outside_sample(path, outside, rel)
                 else:
                     yield from _read_file(path, layout, image_root, rel, batch_rows)
-        elif any(is_image_name(name) for _, _, names in os.walk(target) for name in names):
+        elif any(is_image_name(name) for _, _, names in walk(target) for name in names):
             yield from read_sidecar_folder(
                 target, image_root=image_root, rel=rel, allow_outside_root=allow_outside_root
             )

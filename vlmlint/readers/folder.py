@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import orjson
 
-from vlmlint.readers.files import is_regular_file, outside_target
+from vlmlint.readers.files import SkippedFolder, is_regular_file, outside_target, walk
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
 from vlmlint.sample import RowProblem, Sample
@@ -17,6 +17,10 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".jfif", ".avif", ".heic", ".ico"}
 )
 METADATA_FILES = ("metadata.jsonl", "metadata.csv")
+# A sidecar caption (foo.txt / foo.json beside foo.jpg) is read whole up to this size; a larger one is not.
+MAX_SIDECAR_BYTES = 16 * 2**20
+# A metadata.csv line is read up to this many characters; a longer one stops the file (VLM101).
+MAX_CSV_LINE_CHARS = 16 * 2**20
 
 
 def is_image_name(name: str) -> bool:
@@ -31,8 +35,10 @@ def read_imagefolder(
     folder: str, *, layout: str | None, image_root: str | None, rel, allow_outside_root: bool = False
 ) -> Iterator[Sample]:
     """Hugging Face imagefolder: every metadata.jsonl / metadata.csv below the folder, in path order."""
-    for directory, subdirs, files in os.walk(folder):
+    skipped: list[SkippedFolder] = []
+    for directory, subdirs, files in walk(folder, skipped):
         subdirs.sort()
+        yield from _skipped_samples(skipped, rel)
         for name in METADATA_FILES:  # the first one present, as datasets reads one per folder
             path = os.path.join(directory, name)
             if name in files and is_regular_file(path):
@@ -49,21 +55,75 @@ def read_imagefolder(
             yield from _read_metadata_csv(
                 path, layout=layout or "captions", image_root=image_root, source=rel(path)
             )
+    yield from _skipped_samples(skipped, rel)
+
+
+def _skipped_samples(skipped: list[SkippedFolder], rel) -> Iterator[Sample]:
+    """A VLM101 row for each folder the walk left out (too deep, too many entries); the list is emptied."""
+    for folder in skipped:
+        message = f"folder {rel(folder.path)}: {folder.reason}"
+        yield Sample(source=rel(folder.path), index=0, problems=(RowProblem("VLM101", message),))
+    skipped.clear()
+
+
+class _LineTooLong(Exception):
+    pass
+
+
+def _bounded_lines(handle) -> Iterator[str]:
+    """The file's lines for the csv module, each read with a bound (a file without newlines is not read whole)."""
+    while True:
+        line = handle.readline(MAX_CSV_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_CSV_LINE_CHARS:
+            raise _LineTooLong(f"a line is longer than {MAX_CSV_LINE_CHARS:,} characters")
+        yield line
 
 
 def _read_metadata_csv(path: str, *, layout: str, image_root: str | None, source: str) -> Iterator[Sample]:
     resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
-        reader = csv.DictReader(handle)
-        for index, row in enumerate(reader):
+        reader = csv.DictReader(_bounded_lines(handle))
+        index = 0
+        while True:
+            try:
+                row = next(reader, None)
+            except (csv.Error, _LineTooLong) as exc:
+                # An unclosed quote, a field over csv's limit (131,072 characters): csv cannot find the next
+                # row's start with any certainty, so the rest of the file is not read.
+                message = f"metadata.csv is malformed after row {index}: {exc}; the rest is not read"
+                line = reader.line_num or None
+                yield Sample(source=source, index=index, line=line, problems=(RowProblem("VLM101", message),))
+                return
+            if row is None:
+                return
+            if None in row:  # more fields than the header names: DictReader files them under None
+                extra = row.pop(None)
+                row["__extra_fields__"] = extra
             # DictReader's line_num is the last physical line read: the row's own line for one-line rows.
             yield row_to_sample(
                 row, layout=layout, resolve=resolve, source=source, index=index, line=reader.line_num
             )
+            index += 1
 
 
 class _OutsideCaption(Exception):
     """A sidecar caption that is a symlink out of the folder: not read."""
+
+
+class _CaptionTooLarge(Exception):
+    """A sidecar caption above MAX_SIDECAR_BYTES: not read."""
+
+
+def _read_bounded(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_SIDECAR_BYTES + 1)  # the size may lie (a growing or sparse file)
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise _CaptionTooLarge(
+            f"caption file {os.path.basename(path)} is larger than {MAX_SIDECAR_BYTES:,} bytes: not read"
+        )
+    return data
 
 
 def _sidecar_caption(image_path: str, folder: str | None) -> str:
@@ -75,12 +135,21 @@ def _sidecar_caption(image_path: str, folder: str | None) -> str:
         outside = None if folder is None else outside_target(path, folder)
         if outside is not None:
             raise _OutsideCaption(f"caption file {os.path.basename(path)} is a symlink to {outside}")
-        if path.endswith(".txt"):
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                return handle.read().strip()
         try:
-            with open(path, "rb") as handle:
-                data = orjson.loads(handle.read())
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+        if size > MAX_SIDECAR_BYTES:
+            raise _CaptionTooLarge(
+                f"caption file {os.path.basename(path)} is {size:,} bytes, above {MAX_SIDECAR_BYTES:,}: not read"
+            )
+        if path.endswith(".txt"):
+            try:
+                return _read_bounded(path).decode("utf-8", errors="replace").strip()
+            except OSError:
+                return ""
+        try:
+            data = orjson.loads(_read_bounded(path))
         except (OSError, orjson.JSONDecodeError):
             return ""
         if isinstance(data, dict):
@@ -97,8 +166,10 @@ def read_sidecar_folder(
     """Every image below the folder, captioned by foo.txt or foo.json beside foo.jpg."""
     resolve = ImageResolver(folder, None)
     index = 0
-    for directory, subdirs, files in os.walk(folder):
+    skipped: list[SkippedFolder] = []
+    for directory, subdirs, files in walk(folder, skipped):
         subdirs.sort()
+        yield from _skipped_samples(skipped, rel)
         for name in sorted(files):
             if not is_image_name(name):
                 continue
@@ -108,7 +179,10 @@ def read_sidecar_folder(
             except _OutsideCaption as exc:
                 problem = RowProblem("VLM104", f"{exc}, outside the dataset folder: not read")
                 yield Sample(source=rel(path), index=index, problems=(problem,))
+            except _CaptionTooLarge as exc:
+                yield Sample(source=rel(path), index=index, problems=(RowProblem("VLM101", str(exc)),))
             else:
                 row = {"file_name": os.path.relpath(path, folder), "text": caption}
                 yield row_to_sample(row, layout="captions", resolve=resolve, source=rel(path), index=index)
             index += 1
+    yield from _skipped_samples(skipped, rel)
