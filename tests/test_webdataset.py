@@ -245,3 +245,12 @@ def test_conversation_rows_get_their_image_members(tmp_path):
     assert second.layout == "openai"  # the shard's layout, from its first sample, as a file's
     assert [i.data for i in second.images] == [jpg, png] and not second.problems
     assert third.problems[0].code == "VLM101" and "not valid JSON" in third.problems[0].message
+
+
+def test_an_empty_image_member_is_a_finding_not_a_path(tmp_path):
+    (tmp_path / "a.jpg").write_bytes((DATASETS / "_images" / "vga_640x480.jpg").read_bytes())
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        _add(tar, "a.jpg", b"")  # not the a.jpg beside the shard
+        _add(tar, "a.txt", b"cap")
+    (sample,) = read_webdataset(str(tmp_path / "s.tar"), layout=None, image_root=None, source="s.tar")
+    assert sample.problems[0].code == "VLM101" and "a.jpg is empty" in sample.problems[0].message

@@ -533,6 +533,9 @@ def _sample(
 ) -> Sample:
     if group.problems:
         return _problem(source, index, group.key, group.message())
+    empty = [name for extension, (name, data) in group.members.items() if _is_image(extension) and not data]
+    if empty:  # as {"bytes": b"", "path": name} the layout would look for a file of that name on disk
+        return _problem(source, index, group.key, f"sample {group.key!r}: image member {empty[0]} is empty")
     images = {
         extension: {"bytes": data, "path": name}
         for extension, (name, data) in group.members.items()
