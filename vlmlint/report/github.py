@@ -5,8 +5,9 @@
 Errors become `::error`, warnings `::warning`, info `::notice`. Paths are relative to the working
 folder (GITHUB_WORKSPACE in a job) so the annotation lands on the file in the pull request; a row
 without a line number is annotated on its file, with its item index in the message. Nothing else is
-written, so a clean scan prints nothing. GitHub shows at most 10 annotations of each level per step
-and 50 per job; the run's log keeps every line.
+written, so a clean scan prints nothing; an interrupted one ends with a `::warning` saying so.
+GitHub shows at most 10 annotations of each level per step and 50 per job; the run's log keeps every
+line.
 """
 
 from __future__ import annotations
