@@ -63,7 +63,7 @@ FAMILY_FOLDERS = {
     "llava-onevision": "llava-onevision-qwen2-7b-ov",
     "idefics3": "smolvlm-256m-instruct",
     "paligemma": "paligemma-3b-pt-224",
-    "gemma3": "gemma-3-4b-it-panscan",
+    "gemma3": "gemma-3-4b-it",
     "internvl": "internvl3-1b-hf",
     "pixtral": "pixtral-12b",
     "mllama": "llama-3.2-11b-vision-instruct",
@@ -114,13 +114,15 @@ def test_absurd_settings_are_refused_with_the_key(tmp_path, family, record):
                     except CountError:
                         pass
                 loaded += 1
-    # the refusals that do not name the key come from transformers' own loading (a one-line reason)
-    assert len(unnamed) <= refused // 4, unnamed
+    # The few that do not name the key: an unknown class name (said as the class), or a null that
+    # transformers itself cannot take (its one-line reason).
+    assert len(unnamed) <= 2, unnamed
     record(
         "models",
         f'{family}: each preprocessor_config.json key set to 0, -1, 1.5, "x", 2**70, null, a list',
-        "refused in one line naming the key and value (exit 2), or loaded and counted (null, and values "
-        "the family does not read); no ZeroDivisionError, OverflowError or internal error",
+        "refused in one line naming the key and value (exit 2; an unknown class name or a null transformers "
+        "cannot take: its one-line reason), or loaded and counted (null, values the family does not read); "
+        "no ZeroDivisionError, OverflowError or internal error",
     )
 
 

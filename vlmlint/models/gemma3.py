@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
 
 PLACEHOLDER = "<start_of_image>"
 DEFAULT_IMAGE_TOKEN = "<image_soft_token>"
@@ -109,13 +109,17 @@ def settings_from(
     pas = {key: PROCESSOR_IMAGES_KWARGS[key] if value is None else value for key, value in pas.items()}
     seq = processor_config.get("image_seq_length") or DEFAULT_IMAGE_SEQ_LENGTH
     return Gemma3Settings(
-        height=int(height),
-        width=int(width),
-        image_seq_length=int(seq),
+        height=positive_int(height, "size.height"),
+        width=positive_int(width, "size.width"),
+        image_seq_length=positive_int(seq, "image_seq_length"),
         do_resize=True if do_resize is None else bool(do_resize),
         do_pan_and_scan=do_pan_and_scan,
-        pan_and_scan_min_crop_size=int(pas["pan_and_scan_min_crop_size"]),
-        pan_and_scan_max_num_crops=int(pas["pan_and_scan_max_num_crops"]),
+        pan_and_scan_min_crop_size=positive_int(
+            pas["pan_and_scan_min_crop_size"], "pan_and_scan_min_crop_size"
+        ),
+        pan_and_scan_max_num_crops=positive_int(
+            pas["pan_and_scan_max_num_crops"], "pan_and_scan_max_num_crops"
+        ),
         pan_and_scan_min_ratio_to_activate=float(pas["pan_and_scan_min_ratio_to_activate"]),
         boi_token=str(tokenizer_kwargs.get("boi_token") or PLACEHOLDER),
         eoi_token=str(tokenizer_kwargs.get("eoi_token") or DEFAULT_EOI_TOKEN),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
 
 PLACEHOLDER = "<IMG_CONTEXT>"
 START_IMAGE_TOKEN = "<img>"
@@ -78,10 +78,10 @@ def settings_from(
     if not height or not width:
         raise CountError(f"size must hold height and width (the tile size), got {size}")
     return InternVLSettings(
-        tile_height=int(height),
-        tile_width=int(width),
-        min_patches=int(call.get("min_patches", image_processor.min_patches)),
-        max_patches=int(call.get("max_patches", image_processor.max_patches)),
+        tile_height=positive_int(height, "size.height"),
+        tile_width=positive_int(width, "size.width"),
+        min_patches=positive_int(call.get("min_patches", image_processor.min_patches), "min_patches"),
+        max_patches=positive_int(call.get("max_patches", image_processor.max_patches), "max_patches"),
         crop_to_patches=bool(call.get("crop_to_patches", getattr(image_processor, "crop_to_patches", False))),
         image_seq_length=int(processor_config.get("image_seq_length") or DEFAULT_IMAGE_SEQ_LENGTH),
         do_resize=bool(call.get("do_resize", getattr(image_processor, "do_resize", True))),

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
 
 MAX_ASPECT_RATIO = 200
 PLACEHOLDER = "<|image_pad|>"
@@ -48,11 +48,11 @@ def settings_from(
     del model_config  # Qwen-VL's image settings all live in the image processor
     placeholder = processor_config.get("tokenizer_image_token") or PLACEHOLDER
     return QwenSettings(
-        patch_size=int(image_processor.patch_size),
-        merge_size=int(image_processor.merge_size),
-        temporal_patch_size=int(image_processor.temporal_patch_size),
-        min_pixels=int(min_pixels),
-        max_pixels=int(max_pixels),
+        patch_size=positive_int(image_processor.patch_size, "patch_size"),
+        merge_size=positive_int(image_processor.merge_size, "merge_size"),
+        temporal_patch_size=positive_int(image_processor.temporal_patch_size, "temporal_patch_size"),
+        min_pixels=positive_int(min_pixels, "min_pixels"),
+        max_pixels=positive_int(max_pixels, "max_pixels"),
         do_resize=bool(getattr(image_processor, "do_resize", True)),
         placeholder=str(placeholder),
     )
