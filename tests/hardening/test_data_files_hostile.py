@@ -310,11 +310,12 @@ def test_parquet_dictionary_bomb_of_long_ids(tmp_path, record):
     run = run_guarded("scan", str(dataset), *SCAN, timeout=300)
     assert run.peak_mb < 1024, run.peak_mb
     assert len(run.stdout) < 200 * 2**20
+    assert "...[524,288 characters]" in run.stdout
     assert run.report["summary"]["samples"] == 2000
     record(
         "bounds",
         "parquet of 2,000 duplicate 512 KB ids (a few KB of zstd)",
-        f"ids cut to 1,024 characters with a marker; report of {len(run.stdout) // 2**20} MB; peak memory below 1 GiB",
+        "ids cut to 1,024 characters with a marker (MAX_ID_CHARS): the report stays small; peak memory below 1 GiB",
     )
 
 
@@ -391,4 +392,39 @@ def test_parquet_value_between_the_value_and_page_bounds(tmp_path, record):
         "bounds",
         "parquet value of 100 MB (zstd) among 999 small rows",
         f"VLM101 on that row only: {shape(bad[0][1][0][1])}; the other rows are read; peak memory below 1 GiB",
+    )
+
+
+@pytest.mark.parametrize("form", ["stream", "file"])
+def test_compressed_arrow_bomb(tmp_path, form, record):
+    """A zstd Arrow IPC batch declaring 300 MB decompressed: refused from its message, nothing decompressed."""
+    import pyarrow as pa
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    batch = pa.record_batch({"id": [f"r{i}" for i in range(6)], "text": ["z" * 50 * 2**20] * 6})
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    new = pa.ipc.new_stream if form == "stream" else pa.ipc.new_file
+    with (
+        pa.OSFile(str(dataset / "t.arrow"), "wb") as sink,
+        new(sink, batch.schema, options=options) as writer,
+    ):
+        writer.write_batch(batch)
+    del batch
+    assert (dataset / "t.arrow").stat().st_size < 200_000
+    (dataset / "good.jsonl").write_text(json.dumps(GOOD) + "\n")
+    run = run_guarded("scan", str(dataset / "good.jsonl"), str(dataset / "t.arrow"), *SCAN, timeout=300)
+    assert run.peak_mb < 1024, run.peak_mb
+    assert run.exit_code == 2 and run.report["summary"]["samples"] == 1
+    line = next(text for text in run.stderr.splitlines() if "skipped:" in text).replace(
+        str(tmp_path), "<tmp>"
+    )
+    assert "bytes once decompressed, beyond the 256 MiB bound a batch" in line, line
+    record(
+        "bounds",
+        f"Arrow IPC {form} file, one zstd batch declaring 300 MB decompressed (a few KB)",
+        "exit 2, one line: "
+        + shape(line, tmp_path).removeprefix("vlmlint: skipped: ")
+        + " (the other datasets "
+        "are reported); peak memory below 1 GiB",
     )

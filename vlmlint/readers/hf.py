@@ -8,6 +8,7 @@ cache files next to the dataset).
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -616,15 +617,96 @@ def read_arrow(
     yield from _table_file(path, "Arrow", batches, layout, image_root, source, convert, batch_rows)
 
 
+def _fb_table(buf: bytes, pos: int) -> Callable[[int], int | None]:
+    """A flatbuffer table at `pos`: field number -> where its value is (None when absent)."""
+    vtable = pos - struct.unpack_from("<i", buf, pos)[0]
+    size = struct.unpack_from("<H", buf, vtable)[0]
+
+    def field(number: int) -> int | None:
+        at = 4 + 2 * number
+        offset = struct.unpack_from("<H", buf, vtable + at)[0] if at < size else 0
+        return pos + offset if offset else None
+
+    return field
+
+
+def _fb_ref(buf: bytes, at: int) -> int:
+    return at + struct.unpack_from("<I", buf, at)[0]
+
+
+def _compressed_buffers(metadata: bytes) -> list[tuple[int, int]] | None:
+    """The body buffers (offset, length) of a compressed record or dictionary batch message, else None.
+
+    Arrow's Message flatbuffer (format/Message.fbs): header_type 3 RecordBatch, 2 DictionaryBatch
+    (its RecordBatch in field 1); RecordBatch field 2 buffers, field 3 compression.
+    """
+    message = _fb_table(metadata, _fb_ref(metadata, 0))
+    kind_at, header_at = message(1), message(2)
+    if kind_at is None or header_at is None or metadata[kind_at] not in (2, 3):
+        return None
+    header = _fb_ref(metadata, header_at)
+    if metadata[kind_at] == 2:
+        data_at = _fb_table(metadata, header)(1)
+        if data_at is None:
+            return None
+        header = _fb_ref(metadata, data_at)
+    batch = _fb_table(metadata, header)
+    buffers_at = batch(2)
+    if batch(3) is None or buffers_at is None:
+        return None  # not compressed: memory-mapped in place
+    vector = _fb_ref(metadata, buffers_at)
+    count = struct.unpack_from("<I", metadata, vector)[0]
+    return [struct.unpack_from("<qq", metadata, vector + 4 + 16 * k) for k in range(count)]
+
+
+def _check_compressed(path: str, source_file: Any) -> None:
+    """Refuse an IPC file a compressed batch of which declares more than MAX_BATCH_BYTES decompressed.
+
+    pyarrow decompresses a batch whole when it reads it: the sizes (each buffer's first 8 bytes) are
+    read from the messages first, nothing decompressed.
+    """
+    import pyarrow as pa
+
+    position = source_file.tell()
+    try:
+        for number, message in enumerate(pa.ipc.MessageReader.open_stream(source_file)):
+            buffers = _compressed_buffers(message.metadata.to_pybytes())
+            if buffers is None:
+                continue
+            body = message.body
+            declared = 0
+            for offset, length in buffers:
+                if length >= 8:
+                    size = int.from_bytes(body[offset : offset + 8].to_pybytes(), "little", signed=True)
+                    declared += length - 8 if size == -1 else max(size, 0)
+            if declared > MAX_BATCH_BYTES:
+                raise DatasetError(
+                    f"{path}: Arrow message {number} declares {declared:,} bytes once decompressed, beyond "
+                    f"the {MAX_BATCH_BYTES // 2**20} MiB bound a batch; not read"
+                )
+    except (struct.error, IndexError) as exc:
+        raise DatasetError(
+            f"{path}: not a readable Arrow file: a message header cannot be read ({exc})"
+        ) from None
+    except pa.ArrowInvalid:
+        pass  # not a stream from here: the reader below says what it is
+    finally:
+        source_file.seek(position)
+
+
 def _ipc_batches(path: str) -> Iterator[Any]:
     """An Arrow IPC file's record batches (stream format, as datasets writes, or file format).
 
-    Memory-mapped: an uncompressed batch is read in place. A compressed one is decompressed whole
-    by pyarrow, and its declared sizes are not checked first (a known limit).
+    Memory-mapped: an uncompressed batch is read in place; a compressed one's declared size is
+    checked before pyarrow decompresses it (_check_compressed).
     """
     import pyarrow as pa
 
     with pa.memory_map(path, "r") as source_file:
+        if source_file.read(8) != b"ARROW1\x00\x00":
+            source_file.seek(0)
+        _check_compressed(path, source_file)
+        source_file.seek(0)
         try:
             reader = pa.ipc.open_stream(source_file)  # what datasets writes
         except pa.ArrowInvalid:
