@@ -362,3 +362,20 @@ def test_template_bounds_keep_transformers_output(tmp_path):
 
 def test_bounds_are_what_the_docs_say():
     assert MAX_RENDER_SECONDS == 2.0 and MAX_RENDER_ITERATIONS == 1_000_000
+
+
+def test_weights_are_not_checked_or_read(tmp_path, record):
+    """A full checkpoint folder: a 2 GB weights file and a shard linked elsewhere are no processor file."""
+    dataset, outside, proc = folders(tmp_path)
+    with open(proc / "model.safetensors", "wb") as handle:
+        handle.truncate(2 * 2**30)  # sparse
+    (outside / "shard.safetensors").write_bytes(b"\0" * 16)
+    (proc / "model-00002-of-00002.safetensors").symlink_to(outside / "shard.safetensors")
+    run = scan(tmp_path, proc, dataset)
+    assert run.exit_code in (0, 1), run.stderr[-2000:]
+    assert run.touched(outside) == []
+    record(
+        "models",
+        "model folder with a 2 GB weights file and a weights shard linked out of it",
+        "loaded: only the files a processor reads are checked; the weights are never opened",
+    )

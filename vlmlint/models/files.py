@@ -27,6 +27,9 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "spiece.model",
 )
+# The files a processor's loading reads (configs, templates, vocabularies, remote code), not weights.
+_READ_SUFFIXES = ("config.json", ".jinja", ".tiktoken", ".py")
+_READ_NAMES = frozenset({"special_tokens_map.json", "added_tokens.json", "chat_template.json"})
 _HF_REPO = re.compile(r"^(models|datasets|spaces)--[^/]+$")
 
 
@@ -58,11 +61,16 @@ def _allowed_root(folder: str) -> str:
 
 
 def check_folder(folder: str) -> None:
-    """Refuse a local model folder whose top-level files transformers or vlmlint would read unsafely."""
+    """Refuse a local model folder whose top-level files transformers or vlmlint would read unsafely.
+
+    Only the files a processor's loading reads are checked: weights may be large or linked elsewhere.
+    """
     root = _allowed_root(folder)
     with os.scandir(folder) as entries:
         names = sorted(entry.name for entry in entries)
     for name in names:
+        if not (name.endswith(_READ_SUFFIXES) or name in _READ_NAMES or name in TOKENIZER_FILES):
+            continue  # weights, training logs and other files no processor reads
         path = os.path.join(folder, name)
         real = os.path.realpath(path)
         if real != root and not real.startswith(root + os.sep):
