@@ -12,7 +12,16 @@ from typer.testing import CliRunner
 
 from tests.conftest import PROCESSORS
 from vlmlint.cli import app
-from vlmlint.config import ConfigError, ScanConfig, build_config, find_config_file, read_config_file
+from vlmlint.config import (
+    THRESHOLD_DEFAULTS,
+    THRESHOLD_RANGES,
+    THRESHOLDS,
+    ConfigError,
+    ScanConfig,
+    build_config,
+    find_config_file,
+    read_config_file,
+)
 from vlmlint.rules import Severity
 
 MODEL = str(PROCESSORS / "qwen2-vl-small")
@@ -169,3 +178,8 @@ def test_config_command_shows_effective_values_and_their_origin(tmp_path, monkey
     assert any(line.startswith("bomb_pixels = 89478485  # default:") for line in lines)
     bad = runner.invoke(app, ["config", "--threshold", "nope=1"])
     assert bad.exit_code == 2 and "unknown threshold" in bad.stderr
+
+
+def test_every_threshold_has_a_range_its_default_is_in():
+    assert set(THRESHOLD_RANGES) == set(THRESHOLDS)
+    assert build_config("d", {"thresholds": dict(THRESHOLD_DEFAULTS)}, {}).thresholds == THRESHOLD_DEFAULTS

@@ -327,7 +327,8 @@ def check_threshold(name: Any, value: Any) -> float:
     key = str(name).replace("-", "_")
     if key not in THRESHOLDS:
         raise ConfigError(f"unknown threshold {_short(name)}; known: {', '.join(THRESHOLDS)}")
-    low, high, whole, open_low = THRESHOLD_RANGES[key]
+    # A threshold added without a range: any finite number of at least 0 (tests/test_config.py asks for one).
+    low, high, whole, open_low = THRESHOLD_RANGES.get(key, (0, math.inf, False, False))
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ConfigError(f"threshold {_short(name)} must be a finite number, got {_short(value)}")
     if whole and isinstance(value, float):
