@@ -16,6 +16,14 @@ MEDIA_PLACEHOLDERS = {"video": VIDEO_PLACEHOLDER, "audio": AUDIO_PLACEHOLDER}
 # nor kept by the readers: the ref holds `problem` instead (VLM201), so a row holds no large copy.
 MAX_EMBEDDED_BYTES = 32 * 2**20
 
+# Bounds on one row, so that a hostile row costs bounded time and memory (readers/layouts.py and the
+# engine report a row beyond them as VLM101 and do not count it). Real multi-image rows hold tens of
+# images; long videos are given as videos (or frame lists), and no model's context holds 1,024 images.
+MAX_IMAGES_PER_ROW = 1_024  # images, and <image> placeholders (or image parts) in the text
+MAX_MEDIA_PER_ROW = 1_024  # videos and audio clips, and their placeholders (or parts)
+MAX_FRAMES_PER_ROW = 8_192  # the frames of a row's frame-list videos, all together
+MAX_PARTS_PER_ROW = 10_000  # turns and content parts: a conversation beyond is no training row
+
 
 class Role(str, Enum):
     SYSTEM = "system"
@@ -37,10 +45,12 @@ class ImageRef:
     url: str | None = None
     outside_root: bool = False  # the resolved file (symlinks followed) lies outside the dataset folder
     problem: str | None = None  # why the reader kept no image (an embedded one above MAX_EMBEDDED_BYTES)
+    # Embedded bytes dropped from a counted row's outcome (engine.KEEP_EMBEDDED_BYTES): no image to show.
+    dropped: bool = False
 
     @property
     def kind(self) -> str:
-        if self.data is not None:
+        if self.data is not None or self.dropped:
             return "bytes"
         if self.url is not None:
             return "url"
@@ -65,6 +75,7 @@ class MediaRef:
     outside_root: bool = False
     frames: tuple[ImageRef, ...] = ()
     problem: str | None = None  # as ImageRef's
+    dropped: bool = False  # as ImageRef's
 
 
 @dataclass(frozen=True)
@@ -210,3 +221,35 @@ def evolve(record, **changes):
     copy = object.__new__(type(record))
     copy.__dict__.update(record.__dict__, **changes)
     return copy
+
+
+def beyond_bounds(
+    images: int, placeholders: int, media: int = 0, frames: int = 0, parts: int = 0
+) -> str | None:
+    """Why a row with these counts is beyond the per-row bounds above (a VLM101 message), or None."""
+    for count, limit, what in (
+        (images, MAX_IMAGES_PER_ROW, "images"),
+        (placeholders, MAX_IMAGES_PER_ROW, "image placeholders"),
+        (media, MAX_MEDIA_PER_ROW, "videos and audio clips"),
+        (frames, MAX_FRAMES_PER_ROW, "video frames"),
+        (parts, MAX_PARTS_PER_ROW, "turns and content parts"),
+    ):
+        if count > limit:
+            return (
+                f"the row holds {count:,} {what}, above the limit of {limit:,} per row; "
+                "not counted (split it into several rows)"
+            )
+    return None
+
+
+def sample_beyond_bounds(sample: Sample) -> str | None:
+    """beyond_bounds() for a parsed sample (one pass over its parts)."""
+    parts = placeholders = media_parts = 0
+    for message in sample.messages:
+        parts += 1 + len(message.parts)
+        for part in message.parts:
+            placeholders += part.is_image
+            media_parts += bool(part.media)
+    frames = sum(len(ref.frames) for ref in sample.media)
+    media = max(len(sample.media), media_parts)
+    return beyond_bounds(len(sample.images), placeholders, media, frames, parts)

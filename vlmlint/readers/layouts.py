@@ -30,6 +30,8 @@ from vlmlint.sample import (
     Role,
     RowProblem,
     Sample,
+    beyond_bounds,
+    sample_beyond_bounds,
 )
 
 LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions", "pretokenized")
@@ -182,7 +184,15 @@ def split_placeholders(text: str) -> tuple[Part, ...]:
     """Split text on the author's "<image>" placeholder into text and image parts, in order.
 
     "<video>" and "<audio>" become media parts in their place (Part(media="video") / "audio").
+    A text holding more placeholders than a row may is refused before it is split (RowError).
     """
+    too_many = beyond_bounds(
+        0,
+        text.count(IMAGE_PLACEHOLDER),
+        text.count(VIDEO_PLACEHOLDER) + text.count(AUDIO_PLACEHOLDER) if "<" in text else 0,
+    )
+    if too_many:
+        raise RowError(too_many)
     if VIDEO_PLACEHOLDER in text or AUDIO_PLACEHOLDER in text:
         return _split_media(text)
     pieces = text.split(IMAGE_PLACEHOLDER)
@@ -216,6 +226,7 @@ def _media_ref(kind: str, value: Any, resolve: ImageResolver) -> MediaRef:
             raise RowError(f"an {kind} must be one reference, got a list: {_short(value)}")
         if not value:
             raise RowError("a video given as a list of frames has no frames")
+        _bound(0, 0, frames=len(value))
         frames = tuple(_frame(position, frame, resolve) for position, frame in enumerate(value, start=1))
         return MediaRef(
             kind,
@@ -255,7 +266,10 @@ def _media_list(row: Mapping[str, Any], key: str, kind: str, resolve: ImageResol
         value = [value]  # one clip
     if not isinstance(value, list):
         raise RowError(f'"{key}" must be a string or a list of {kind}s, got {type(value).__name__}')
-    return tuple(_media_ref(kind, item, resolve) for item in value)
+    _bound(0, 0, media=len(value), where=f'"{key}"')
+    refs = tuple(_media_ref(kind, item, resolve) for item in value)
+    _bound(0, 0, frames=sum(len(ref.frames) for ref in refs), where=f'"{key}"')
+    return refs
 
 
 def _row_media(row: Mapping[str, Any], resolve: ImageResolver) -> tuple[MediaRef, ...]:
@@ -270,13 +284,25 @@ def _image_list(row: Mapping[str, Any], key: str, resolve: ImageResolver) -> tup
         value = [value]  # LLaVA allows a single string; HF rows may hold one struct
     if not isinstance(value, list):
         raise RowError(f'"{key}" must be a string or a list of images, got {type(value).__name__}')
+    _bound(len(value), 0, where=f'"{key}"')  # before resolving: each reference costs a path and a record
     return tuple(resolve(item) for item in value)
+
+
+def _bound(
+    images: int, placeholders: int, media: int = 0, frames: int = 0, parts: int = 0, where: str = ""
+) -> None:
+    """RowError when these counts are beyond the per-row bounds (sample.MAX_*_PER_ROW)."""
+    too_many = beyond_bounds(images, placeholders, media, frames, parts)
+    if too_many:
+        raise RowError(f"{where}: {too_many}" if where else too_many)
 
 
 def _text_turns(turns: Any, role_key: str, text_key: str) -> tuple[Message, ...]:
     if not isinstance(turns, list) or not turns:
         raise RowError("the conversation must be a non-empty list of turns")
+    _bound(0, 0, parts=len(turns))
     messages = []
+    images = media = 0  # placeholders so far: each turn's are bounded, and so is their sum
     for position, turn in enumerate(turns):
         if not isinstance(turn, Mapping):
             raise RowError(f"turn {position} is a {type(turn).__name__}, not an object")
@@ -289,7 +315,11 @@ def _text_turns(turns: Any, role_key: str, text_key: str) -> tuple[Message, ...]
             text = ""
         if not isinstance(text, str):
             raise RowError(f'turn {position} "{tk}" must be a string, got {type(text).__name__}')
-        messages.append(Message(role=_role(turn[rk]), parts=split_placeholders(text)))
+        parts = split_placeholders(text)
+        images += sum(part.is_image for part in parts)
+        media += sum(bool(part.media) for part in parts)
+        _bound(0, images, media)
+        messages.append(Message(role=_role(turn[rk]), parts=parts))
     return tuple(messages)
 
 
@@ -393,6 +423,9 @@ def parse_openai(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     messages: list[Message] = []
     inline: list[ImageRef] = []
     inline_media: list[MediaRef] = []
+    counted = len(turns)  # turns and parts so far, bounded before each turn's parts are built
+    images = media = frames = 0
+    _bound(0, 0, parts=counted)
     for t, turn in enumerate(turns):
         if not isinstance(turn, Mapping) or "role" not in turn or "content" not in turn:
             raise RowError(f'turn {t} must be an object with "role" and "content"')
@@ -400,9 +433,16 @@ def parse_openai(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
         if isinstance(content, str):
             parts: tuple[Part, ...] = (Part(text=content),) if content else ()
         elif isinstance(content, list):
+            counted += len(content)
+            _bound(0, 0, parts=counted)
             built = []
             for p, raw in enumerate(content):
                 part, ref = _typed_part(raw, f"turn {t} part {p}", resolve)
+                if part.is_image or part.media:
+                    images += part.is_image
+                    media += bool(part.media)
+                    frames += len(ref.frames) if isinstance(ref, MediaRef) else 0
+                    _bound(0, images, media, frames)
                 built.append(part)
                 if isinstance(ref, MediaRef):
                     inline_media.append(ref)
@@ -640,6 +680,10 @@ def row_to_sample(
             problem = _unknown_layout(fields, f" (this file's rows are {chosen}: {exc})")
             return Sample(**base, problems=(problem,))
         return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {exc}"),))
-    return Sample(
+    sample = Sample(
         **base, layout=chosen, messages=messages, images=images, media=media, notes=_list_notes(row, chosen)
     )
+    too_many = sample_beyond_bounds(sample)  # the row's totals (each list and text was bounded alone)
+    if too_many:
+        return Sample(**base, layout=chosen, problems=(RowProblem("VLM101", f"{chosen} row: {too_many}"),))
+    return sample
