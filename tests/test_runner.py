@@ -145,3 +145,62 @@ def test_verify_and_resume_skip_are_the_same_with_workers(tmp_path):
         config = build_config(str(path), {}, {"model": MODEL, "jobs": 2})
         scanner = Scanner(ScanConfig(**{**config.__dict__, "batch_size": 16}))
         assert [row_record(o) for o in scanner.scan(skip=skip)] == whole[skip:]
+
+
+def _embedded_rows(tmp_path, rows: int = 80):
+    """Rows with a finding (two <image>, one image) that each embed one data: URI PNG."""
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    picture = io.BytesIO()
+    Image.new("RGB", (64, 64), "blue").save(picture, format="PNG")
+    uri = "data:image/png;base64," + base64.b64encode(picture.getvalue()).decode("ascii")
+    path = tmp_path / "embedded.jsonl"
+    row = {"messages": [{"role": "user", "content": "<image><image>hi"}], "images": [uri]}
+    path.write_text("".join(json.dumps({**row, "id": str(i)}) + "\n" for i in range(rows)), encoding="utf-8")
+    return path, len(picture.getvalue())
+
+
+def test_flagged_rows_keep_embedded_bytes_up_to_the_budget_whatever_the_jobs(tmp_path, monkeypatch):
+    import vlmlint.engine as engine
+
+    path, size = _embedded_rows(tmp_path)
+    monkeypatch.setattr(engine, "KEEP_EMBEDDED_BYTES", 10 * size)  # the first 10 flagged rows keep theirs
+    kept = {}
+    for jobs in (1, 2):
+        outcomes = list(_scanned(path, jobs))
+        assert len(outcomes) == 80 and all(o.findings for o in outcomes)
+        images = [o.result.sample.images[0] for o in outcomes]
+        kept[jobs] = [ref.data is not None for ref in images]
+        assert all(ref.dropped == (ref.data is None) for ref in images)
+    assert kept[1] == kept[2] == [True] * 10 + [False] * 70
+
+
+def test_verify_skips_rows_whose_embedded_bytes_were_dropped(tmp_path, monkeypatch):
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    import vlmlint.engine as engine
+    from vlmlint.verify import Verifier
+
+    monkeypatch.setattr(engine, "KEEP_EMBEDDED_BYTES", 0)
+    picture = io.BytesIO()
+    Image.new("RGB", (32, 32), "blue").save(picture, format="PNG")  # tiny: VLM204, a counted row
+    uri = "data:image/png;base64," + base64.b64encode(picture.getvalue()).decode("ascii")
+    row = {"messages": [{"role": "user", "content": "<image>hi"}, {"role": "assistant", "content": "ok"}]}
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps({**row, "images": [uri]}) + "\n" for _ in range(4)), encoding="utf-8")
+    config = build_config(str(path), {}, {"model": MODEL, "jobs": 1})
+    scanner = Scanner(config)
+    verifier = Verifier(8)
+    for outcome in scanner.scan():
+        assert outcome.findings and outcome.result.seq_len is not None
+        assert outcome.result.sample.images[0].dropped
+        verifier.offer(outcome)
+    assert verifier.run(scanner)[1] == []  # no false disagreement from the missing bytes

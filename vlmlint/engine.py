@@ -33,12 +33,18 @@ from vlmlint.sample import (
     MediaRef,
     Message,
     Part,
+    RowProblem,
     RowResult,
     Sample,
     evolve,
+    sample_beyond_bounds,
 )
 
 _IMAGE_CACHE_SIZE = 65536
+# Embedded bytes (data: URIs, parquet image cells, webdataset members) a scan keeps in the outcomes of
+# rows with findings, for the HTML report's thumbnails and --verify; beyond, a row's bytes are dropped
+# once it is counted (ImageRef.dropped), so reports keep thousands of flagged rows in flat memory.
+KEEP_EMBEDDED_BYTES = 64 * 1024 * 1024
 # The fallback decodes each image once per scan: decoded RGB images kept up to this many pixels.
 _DECODED_CACHE_PIXELS = 64_000_000
 # Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
@@ -219,6 +225,33 @@ def _merged(parts: Iterable[Part]) -> tuple[Part, ...]:
     return tuple(out)
 
 
+def _embedded_size(sample: Sample) -> int:
+    """Bytes a sample holds beyond its references: embedded images and clips, stored token lists."""
+    size = sum(len(ref.data) for ref in sample.images if ref.data is not None)
+    for ref in sample.media:
+        size += len(ref.data) if ref.data is not None else 0
+        size += sum(len(frame.data) for frame in ref.frames if frame.data is not None)
+    if sample.pretokenized:
+        size += 8 * sum(len(v) for v in sample.pretokenized.values() if isinstance(v, list))
+    return size
+
+
+def _dropped(ref: Any) -> Any:
+    return evolve(ref, data=None, dropped=True) if ref.data is not None else ref
+
+
+def _without_embedded(sample: Sample) -> Sample:
+    """The sample without its embedded bytes (the refs say `dropped`) nor its stored token lists."""
+    media = tuple(
+        evolve(_dropped(ref), frames=tuple(_dropped(f) for f in ref.frames)) if ref.frames else _dropped(ref)
+        for ref in sample.media
+    )
+    images = tuple(_dropped(ref) for ref in sample.images)
+    return evolve(
+        sample, images=images, media=media, pretokenized=None if sample.pretokenized is None else {}
+    )
+
+
 class Scanner:
     """Scans samples against one model. Build once, then call `scan()`; safe to reuse across datasets."""
 
@@ -259,6 +292,8 @@ class Scanner:
         self._decoded_cache: OrderedDict[str, Any] = OrderedDict()  # path -> decoded image (fallback)
         self._decoded_pixels = 0
         self._source_ignores: dict[str, tuple[str, ...]] = {}  # source -> per-source-ignores codes
+        # What is left of KEEP_EMBEDDED_BYTES; None: keep everything (a worker: its parent decides).
+        self.embedded_budget: int | None = KEEP_EMBEDDED_BYTES
         resize = self.pipeline.resize
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
             lambda h, w, n: self.family.count(*resize(h, w), settings, images_in_row=n)
@@ -269,6 +304,10 @@ class Scanner:
     # -- images -----------------------------------------------------------------------------------
 
     def _header(self, ref: ImageRef) -> ImageInfo:
+        if ref.dropped:  # a kept outcome scanned again (--verify): its bytes are gone
+            return ImageInfo(
+                reference=ref.reference, error_code="unreadable", error="embedded bytes not kept"
+            )
         if ref.outside_root and not self.config.allow_outside_root:
             real = os.path.realpath(ref.path)  # a symlink inside the folder may point out of it
             where = ref.path if real == ref.path else f"{ref.path} -> {real}"
@@ -472,6 +511,10 @@ class Scanner:
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems or sample.pretokenized is not None:
             return _Prepared(sample, (), 0)  # nothing to count: unusable, or the processor already ran
+        too_many = sample_beyond_bounds(sample)  # readers refuse such rows; a Sample built elsewhere too
+        if too_many:
+            problem = RowProblem("VLM101", too_many)
+            return _Prepared(evolve(sample, messages=(), images=(), media=(), problems=(problem,)), (), 0)
         images = tuple(self.image_header(ref) for ref in sample.images)
         media = tuple(self.media_info(ref) for ref in sample.media) if sample.media else ()
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
@@ -680,7 +723,19 @@ class Scanner:
             else:
                 length = next(counted) if item.text is not None else None
             result = self._result(item, length)
-            yield RowOutcome(result, self.check(result))
+            findings = self.check(result)
+            yield RowOutcome(self.retained(result, findings), findings)
+
+    def retained(self, result: RowResult, findings: tuple[Finding, ...]) -> RowResult:
+        """The result a caller may keep: a flagged row's embedded bytes while KEEP_EMBEDDED_BYTES lasts."""
+        sample = result.sample
+        if not findings or self.embedded_budget is None:
+            return result  # a row without findings is not kept (reports keep flagged rows only)
+        size = _embedded_size(sample)
+        if size <= self.embedded_budget:
+            self.embedded_budget -= size
+            return result
+        return evolve(result, sample=_without_embedded(sample))
 
     def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
         """Scan config.dataset, or another dataset with the same settings and the already loaded model.

@@ -99,6 +99,9 @@ def _stateless_scanner(parent: Scanner | None, config, rule_codes: tuple[str, ..
     scanner = Scanner(config, model=model, rules=rules)
     if parent is not None:  # nor a second build of the length counter (tiktoken loads its BPE file)
         scanner._fast_lengths = parent.length_counter()
+    # Flagged rows travel whole; the parent drops embedded bytes beyond its budget, in dataset order
+    # (the same rows keep their bytes whatever --jobs is).
+    scanner.embedded_budget = None
     return scanner
 
 
@@ -166,7 +169,7 @@ def scan_parallel(
                 findings = tuple(sorted(findings + extra, key=lambda f: order.get(f.code, 0)))
         if findings and reload is not None:  # a row with findings is kept whole (reports, thumbnails)
             result, reload = evolve(result, sample=reload()), None
-        return RowOutcome(result, findings, reload)
+        return RowOutcome(scanner.retained(result, findings), findings, reload)
 
     try:
         for _ in range(workers):

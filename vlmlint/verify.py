@@ -46,6 +46,8 @@ class Verifier:
         disagreements = []
         for fast, precise in zip(chosen, exact.scan_samples(o.result.sample for o in chosen), strict=True):
             a, b = fast.result, precise.result
+            if any(ref.dropped for ref in a.sample.images):
+                continue  # its embedded bytes were not kept (engine.KEEP_EMBEDDED_BYTES): nothing to recount
             if any(info.error_code == "bomb" for info in b.images):
                 continue  # the exact path never decodes it (above bomb_pixels): VLM202's, not a disagreement
             if (a.seq_len, a.image_tokens) != (b.seq_len, b.image_tokens):
