@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from hashlib import blake2b
@@ -15,6 +15,34 @@ from vlmlint.sample import RowResult, Sample
 _CODE = re.compile(r"^VLM\d{3}$")
 _NAME = re.compile(r"^[a-z]+(-[a-z]+)*$")
 _SECTIONS = ("**Why**", "**Example**", "**Fix**")
+
+# Bounds on what one finding may say, so that a hostile row (a 10 MB id, a reference or a list of
+# 100,000 turns) cannot make a report of gigabytes: messages and fixes are cut, values are shown in
+# part and lists by their first items.
+MAX_MESSAGE_CHARS = 2_000  # one finding's message, and its fix
+MAX_SHOWN_CHARS = 200  # one value quoted in a message (an id, a reference)
+MAX_LISTED = 20  # items a message lists ("turns 1, 2, 3 ... and 97 more")
+
+
+def clamp(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def shown(value: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """repr(value), of its first `limit` characters only when it is longer (then with its length)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
+def listed(items: Sequence[str], limit: int = MAX_LISTED, sep: str = ", ") -> str:
+    """The items joined, the first `limit` of them and "and K more" beyond."""
+    if len(items) <= limit:
+        return sep.join(items)
+    return f"{sep.join(items[:limit])} and {len(items) - limit:,} more"
 
 
 class Severity(str, Enum):
@@ -125,8 +153,8 @@ class Rule:
             code=self.code,
             name=self.name,
             severity=self.severity,
-            message=message,
-            fix=fix,
+            message=clamp(message),
+            fix=clamp(fix),
             source=sample.source,
             line=sample.line,
             index=sample.index,

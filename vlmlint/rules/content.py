@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
+from vlmlint.rules.base import Finding, Rule, RuleContext, Severity, listed
 from vlmlint.sample import Role, RowResult
 
 
@@ -48,7 +48,7 @@ class NothingToTrain(Rule):
         if sample.layout == "captions":
             what, fix = "the caption is empty or missing", "write the caption, or remove the row"
         else:
-            turns = ", ".join(str(p) for p in answers)
+            turns = listed([str(p) for p in answers])
             what = f"every assistant turn ({turns}) is empty or whitespace"
             fix = f"write the answer in assistant turn {answers[-1]}, or remove the row"
         yield self.finding(row, f"{what}: nothing to train on under assistant-only loss", fix)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
+from vlmlint.rules.base import MAX_LISTED, Finding, Rule, RuleContext, Severity, listed
 from vlmlint.sample import RowResult
 
 
@@ -98,7 +98,7 @@ def max_pixels_hint(row: RowResult, context: RuleContext, cap: int) -> str | Non
         and max(info.width, info.height) / min(info.width, info.height) > cap
     ]
     if elongated:
-        names = ", ".join(str(p) for p in elongated)
+        names = listed([str(p) for p in elongated])
         hint += (
             f" (image {names} is more elongated than {cap}:1; smart_resize keeps one {factor}-pixel row "
             "and may leave it above that)"
@@ -239,11 +239,11 @@ class TruncationCutsImage(Rule):
         )
         parts = []
         if cuts:
-            parts.append(f"the cut at token {cut} falls inside {', '.join(cuts)}")
+            parts.append(f"the cut at token {cut} falls inside {listed(cuts)}")
         if dropped:
             where = "before" if left else "after"
             verb = "lies" if len(dropped) == 1 else "lie"
-            parts.append(f"{', '.join(dropped)} {verb} wholly {where} the cut (all its image tokens dropped)")
+            parts.append(f"{listed(dropped)} {verb} wholly {where} the cut (all its image tokens dropped)")
         options = [
             f"raise --max-length to {_at_least(row)}{row.seq_len}",
             f"drop rows longer than {limit} instead of truncating",
@@ -452,14 +452,19 @@ class ImageTokenBudget(Rule):
         total = sum(tokens)
         if not large and total <= per_row:
             return
-        parts = [f"image {position}: {t} image tokens > {per_image} per image" for position, t in large]
+        parts = [
+            f"image {position}: {t} image tokens > {per_image} per image"
+            for position, t in large[:MAX_LISTED]
+        ]
+        if len(large) > MAX_LISTED:
+            parts.append(f"and {len(large) - MAX_LISTED:,} more images")
         if total > per_row:
             parts.append(f"the row's {len(tokens)} image(s): {total} image tokens > {per_row} per row")
         cap = min(per_image, largest_cap(tokens, per_row))
         hint = max_pixels_hint(row, context, cap)
         options = [hint] if hint else []
         if large:
-            names = ", ".join(_ordinal(p) for p, _ in large)
+            names = listed([_ordinal(p) for p, _ in large])
             options.append(f"downscale the {names} image")
         if total > per_row and len(tokens) > 1:
             options.append("split the images over several rows")

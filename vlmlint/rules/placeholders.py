@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
+from vlmlint.rules.base import MAX_LISTED, Finding, Rule, RuleContext, Severity, listed
 from vlmlint.sample import IMAGE_PLACEHOLDER, MEDIA_PLACEHOLDERS, Message, Role, RowResult, Sample
 
 
@@ -119,12 +121,13 @@ class _TokenFinder:
         )
         self.leads = tuple(sorted(groups))  # a match holds its first character: most texts hold none
 
-    def finditer(self, text: str) -> list[re.Match[str]]:
+    def finditer(self, text: str) -> Iterable[re.Match[str]]:
+        # Lazy, in text order: a text of millions of tokens never holds all its matches at once.
         if not any(lead in text for lead in self.leads):
-            return []
+            return ()
         if len(self.patterns) == 1:
-            return list(self.patterns[0].finditer(text))
-        return sorted((m for p in self.patterns for m in p.finditer(text)), key=lambda m: m.start())
+            return self.patterns[0].finditer(text)
+        return heapq.merge(*(p.finditer(text) for p in self.patterns), key=lambda m: m.start())
 
 
 class _PerContext:
@@ -162,7 +165,7 @@ def _token_counts(finder: _TokenFinder, sample: Sample) -> dict[str, tuple[int, 
 
 
 def _turns(turns: list[int]) -> str:
-    return ("turn " if len(turns) == 1 else "turns ") + ", ".join(str(t) for t in turns)
+    return ("turn " if len(turns) == 1 else "turns ") + listed([str(t) for t in turns])
 
 
 def _token_runs(finder: _TokenFinder, text: str) -> Iterator[tuple[str, int]]:
@@ -187,6 +190,9 @@ def _image_tokens(context: RuleContext) -> _TokenFinder:
     if context.image_placeholder:
         tokens.add(context.image_placeholder)
     return _TokenFinder(tokens)
+
+
+_MAX_RUN_GROUPS = 20  # (turn, token) groups of runs a VLM302 message names
 
 
 class PreExpandedTokens(Rule):
@@ -250,7 +256,7 @@ class PreExpandedTokens(Rule):
         for position, message, token, length in runs:
             grouped.setdefault((position, token), (message, []))[1].append(length)
         where, fixes = [], []
-        for (position, token), (message, lengths) in grouped.items():
+        for (position, token), (message, lengths) in islice(grouped.items(), _MAX_RUN_GROUPS):
             if len(lengths) == 1:
                 where.append(f"{_turn_label(position, message)} holds a run of {lengths[0]} {token}")
                 fixes.append(f"replace the run of {lengths[0]} {token} in turn {position} with one <image>")
@@ -262,6 +268,8 @@ class PreExpandedTokens(Rule):
                 fixes.append(
                     f"replace the {len(lengths)} runs of {token} in turn {position} with one <image>"
                 )
+        if len(grouped) > _MAX_RUN_GROUPS:
+            where.append(f"and {len(grouped) - _MAX_RUN_GROUPS:,} more turns or tokens")
         yield self.finding(
             row,
             f"text already expanded by an earlier processor run: {'; '.join(where)} "
@@ -299,7 +307,10 @@ class PlaceholderInAnswer(Rule):
             seen += held
             if message.role is not Role.ASSISTANT or not held:
                 continue
-            which = ", ".join(_ordinal(n + 1) for n in ordinals)
+            if len(ordinals) <= MAX_LISTED:
+                which = ", ".join(_ordinal(n + 1) for n in ordinals)
+            else:  # consecutive: the range says it in bounded text
+                which = f"{_ordinal(ordinals[0] + 1)} to {_ordinal(ordinals[-1] + 1)}"
             yield self.finding(
                 row,
                 f"assistant turn {position} holds {len(ordinals)} image placeholder(s): "

@@ -6,7 +6,7 @@ from array import array
 from collections.abc import Iterator
 from hashlib import blake2b
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
+from vlmlint.rules.base import MAX_SHOWN_CHARS, Finding, Rule, RuleContext, Severity, shown
 from vlmlint.sample import MediaInfo, RowResult
 
 
@@ -275,6 +275,11 @@ class _IdTable:
         return self._size
 
 
+# Repeated ids reported one by one per file; the last of them says that later ones are not (a file of
+# a million copies of one id would otherwise be a million findings, a report of gigabytes).
+MAX_DUPLICATE_FINDINGS = 1_000
+
+
 class DuplicateId(Rule):
     """Two rows of one file carry the same id.
 
@@ -290,7 +295,9 @@ class DuplicateId(Rule):
     **Fix** Give the later row its own id (e.g. `7-2`), or remove it when it repeats the first.
     Memory: the ids of the file being read are kept as 128-bit hashes with the line (or item) where
     each was first seen, 32 to 64 bytes per id (some 50 MB for a file of a million rows), dropped when
-    the next file starts; skip the rule with `--ignore VLM107` if that matters.
+    the next file starts; skip the rule with `--ignore VLM107` if that matters. The first 1,000
+    repeated ids of a file are reported (the 1,000th says so), later ones are not; an id longer than
+    200 characters is shown by its first 200.
     """
 
     code = "VLM107"
@@ -303,23 +310,34 @@ class DuplicateId(Rule):
     def reset(self) -> None:
         self._source: str | None = None
         self._first = _IdTable()  # id -> line (JSONL) or item index where it was first seen
+        self._repeats = 0  # rows of this file whose id was seen before
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         sample = row.sample
         if sample.source != self._source:  # readers yield a file's rows together
-            self._source, self._first = sample.source, _IdTable()
+            self._source, self._first, self._repeats = sample.source, _IdTable(), 0
         if sample.id is None:
             return
         position = sample.line if sample.line is not None else sample.index
         first = self._first.setdefault(sample.id, position)
         if first == position:
             return
+        self._repeats += 1
+        if self._repeats > MAX_DUPLICATE_FINDINGS:
+            return
         where = f"line {first}" if sample.line is not None else f"item {first} of this file"
+        message = f"id {shown(sample.id)} was already used by the row at {where}"
+        if self._repeats == MAX_DUPLICATE_FINDINGS:
+            message += (
+                f"; this is the {MAX_DUPLICATE_FINDINGS:,}th repeated id of this file, later ones are "
+                "not reported"
+            )
+        if len(sample.id) <= MAX_SHOWN_CHARS:
+            example = f"e.g. {sample.id!r} -> '{sample.id}-2'"
+        else:
+            example = "e.g. with '-2' appended"
         yield self.finding(
-            row,
-            f"id {sample.id!r} was already used by the row at {where}",
-            f"give this row its own id (e.g. {sample.id!r} -> '{sample.id}-2'), or remove it if it "
-            "repeats that row",
+            row, message, f"give this row its own id ({example}), or remove it if it repeats that row"
         )
 
 
