@@ -54,9 +54,8 @@ class _Budget:
 
 def _budget() -> _Budget:
     budget = getattr(_state, "budget", None)
-    if budget is None:  # a compiled template used outside render(): unbounded calls are a bug
-        budget = _state.budget = _Budget(MAX_RENDER_SECONDS, MAX_RENDER_CHARS)
-    return budget
+    # Outside render() (jinja folding constants at compile time): each call gets the bounds afresh.
+    return budget if budget is not None else _Budget(MAX_RENDER_SECONDS, MAX_RENDER_CHARS)
 
 
 def _tick() -> _Budget:
@@ -284,8 +283,9 @@ def render(
     chars = max(MAX_RENDER_CHARS, 2 * _text_chars(chat))  # a long row renders; VLM408 then says so
     previous = getattr(_state, "budget", None)
     _state.budget = budget = _Budget(MAX_RENDER_SECONDS, chars)
-    alarm = _arm(budget)
+    alarm = None
     try:
+        alarm = _arm(budget)
         pieces: list[str] = []
         total = 0
         for piece in compiled.generate(
