@@ -45,6 +45,9 @@ _IMAGE_CACHE_SIZE = 65536
 # rows with findings, for the HTML report's thumbnails and --verify; beyond, a row's bytes are dropped
 # once it is counted (ImageRef.dropped), so reports keep thousands of flagged rows in flat memory.
 KEEP_EMBEDDED_BYTES = 64 * 1024 * 1024
+# Text one tokenizer call is given: the tokenizer needs about 0.3 GB per MB of text, and two
+# chunks are in flight, so a chunk of long rows ends once it holds this many characters.
+MAX_BATCH_TEXT_CHARS = 1_000_000
 # The fallback decodes each image once per scan: decoded RGB images kept up to this many pixels.
 _DECODED_CACHE_PIXELS = 64_000_000
 # Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
@@ -703,10 +706,15 @@ class Scanner:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlmlint-tokenizer") as tokenizer:
             pending: tuple[list[_Prepared], Future] | None = None
             while True:
-                chunk = list(islice(iterator, self.config.batch_size))
+                prepared = []
+                chars = 0
+                for sample in islice(iterator, self.config.batch_size):
+                    prepared.append(self._prepare(sample))
+                    chars += len(prepared[-1].text or "")
+                    if chars >= MAX_BATCH_TEXT_CHARS:  # a chunk of long rows is cut short
+                        break
                 submitted = None
-                if chunk:
-                    prepared = [self._prepare(sample) for sample in chunk]
+                if prepared:
                     texts = [p.text for p in prepared if p.text is not None]
                     submitted = (prepared, tokenizer.submit(self._token_lengths, texts))
                 if pending is not None:

@@ -328,3 +328,26 @@ def test_embedded_images_of_flagged_rows_are_not_all_kept(tmp_path, record):
         "each row reported (VLM301); embedded bytes kept for the first 64 MiB of flagged rows only "
         "(HTML thumbnails, --verify), the others dropped once counted; peak memory well below the bytes",
     )
+
+
+def test_many_long_rows_are_tokenized_in_bounded_chunks(tmp_path, record):
+    """Rows near max_text_chars: a tokenizer chunk ends at MAX_BATCH_TEXT_CHARS, not at 256 rows."""
+    from vlmlint.engine import MAX_BATCH_TEXT_CHARS
+
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    text = ("lorem ipsum dolor sit amet " * 34_000)[:900_000]
+    with open(dataset / "data.jsonl", "w", encoding="utf-8") as handle:
+        for index in range(32):
+            turns = [{"from": "human", "value": text}, {"from": "gpt", "value": "ok"}]
+            handle.write(json.dumps({"id": index, "conversations": turns}) + "\n")
+    run = run_guarded("scan", str(dataset / "data.jsonl"), "--model", MODEL, "--format", "json", cwd=tmp_path)
+    assert run.exit_code == 1 and run.codes() == ["VLM404"]
+    assert run.report["summary"]["samples"] == 32
+    assert run.peak_mb < 1024, run.peak_mb
+    record(
+        "bounds",
+        "32 rows of 900,000 characters each (below max_text_chars)",
+        f"each tokenized and counted (VLM404: longer than the model's context); the tokenizer is given "
+        f"{MAX_BATCH_TEXT_CHARS:,} characters at most per call; peak memory under 1 GiB",
+    )

@@ -151,6 +151,8 @@ def thumbnail(ref: ImageRef, info: ImageInfo | None, *, allow_outside_root: bool
         return _too_large(info.width, info.height)
     if info is not None and info.error_code == "unreadable" and info.error:  # read once, not twice
         return Preview(None, f"unreadable: {_reason(Exception(info.error))}")
+    if ref.data is None and ref.dropped:
+        return Preview(None, "embedded image not kept (the report's memory budget for thumbnails is spent)")
     if ref.data is not None:
         source: Any = io.BytesIO(ref.data)
     elif ref.path is None or not os.path.exists(ref.path):
