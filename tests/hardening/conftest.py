@@ -210,7 +210,18 @@ _GUARD = textwrap.dedent(
 )
 
 # Programs an image library might start: on PATH in a guarded run, each records that it was called.
-_DECOYS = ("gs", "gsc", "gswin32c", "gswin64c", "convert", "magick", "identify", "ffmpeg", "ffprobe", "xdg-open")
+_DECOYS = (
+    "gs",
+    "gsc",
+    "gswin32c",
+    "gswin64c",
+    "convert",
+    "magick",
+    "identify",
+    "ffmpeg",
+    "ffprobe",
+    "xdg-open",
+)
 
 
 @dataclass(frozen=True)
@@ -291,7 +302,9 @@ def run_guarded(
         except subprocess.TimeoutExpired:
             pytest.fail(f"vlmlint {' '.join(args)} did not finish within {timeout} s")
         opened, listed, started, peak_kb = [], [], [], 0
-        for line in audit.read_text(encoding="utf-8", errors="replace").splitlines() if audit.exists() else ():
+        for line in (
+            audit.read_text(encoding="utf-8", errors="replace").splitlines() if audit.exists() else ()
+        ):
             try:
                 kind, _pid, value = json.loads(line)
             except ValueError:
