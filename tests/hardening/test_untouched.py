@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vlmlint.report.json_report as json_report
+import vlmlint.report.output as output
 from tests.conftest import DATASETS
 from tests.hardening.conftest import MODEL, run_cli
 from vlmlint.cli import app
@@ -113,7 +114,7 @@ def test_a_failing_report_write_leaves_no_partial_file(tmp_path, monkeypatch, re
             for chunk in chunks:
                 self.write(chunk)
 
-    monkeypatch.setattr(json_report.os, "fdopen", lambda *a, **k: DiskFull(real_fdopen(*a, **k)))
+    monkeypatch.setattr(output.os, "fdopen", lambda *a, **k: DiskFull(real_fdopen(*a, **k)))
     with pytest.raises(OSError):
         json_report.write_report_file(str(target), {"findings": [1, 2, 3]})
     assert target.read_text() == "the previous report\n"
