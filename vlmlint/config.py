@@ -11,6 +11,7 @@ processes than cores, larger work bounds). Those come from flags or from a file 
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -187,21 +188,19 @@ def _read_toml(path: Path) -> dict[str, Any]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    from vlmlint.readers.files import FileTooLarge, NotRegularFile, read_regular
+
     try:
-        # O_NONBLOCK: a FIFO named as a config file must not block the open; only regular files are read.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(f"{path}: not a regular file")
-            if info.st_size > MAX_CONFIG_BYTES:
-                raise ConfigError(
-                    f"{path}: {info.st_size:,} bytes, above the {MAX_CONFIG_BYTES:,} bytes a config file may have"
-                )
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: above the {MAX_CONFIG_BYTES:,} bytes a config file may have")
+        data = read_regular(path, MAX_CONFIG_BYTES)  # a FIFO named as a config file does not block
         return tomllib.loads(data.decode("utf-8"))
+    except NotRegularFile as exc:
+        what = os.strerror(errno.EISDIR) if stat.S_ISDIR(exc.mode) else "not a regular file"
+        raise ConfigError(f"{path}: {what}") from None
+    except FileTooLarge as exc:
+        size = "" if exc.size is None else f" {exc.size:,} bytes,"
+        raise ConfigError(
+            f"{path}:{size} above the {MAX_CONFIG_BYTES:,} bytes a config file may have"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

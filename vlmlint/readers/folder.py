@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 import orjson
 
-from vlmlint.readers.files import SkippedFolder, is_regular_file, outside_target, walk
+from vlmlint.readers.files import (
+    FileTooLarge,
+    NotRegularFile,
+    SkippedFolder,
+    is_regular_file,
+    outside_target,
+    read_regular,
+    walk,
+)
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
 from vlmlint.sample import RowProblem, Sample
@@ -116,16 +124,6 @@ class _CaptionTooLarge(Exception):
     """A sidecar caption above MAX_SIDECAR_BYTES: not read."""
 
 
-def _read_bounded(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_SIDECAR_BYTES + 1)  # the size may lie (a growing or sparse file)
-    if len(data) > MAX_SIDECAR_BYTES:
-        raise _CaptionTooLarge(
-            f"caption file {os.path.basename(path)} is larger than {MAX_SIDECAR_BYTES:,} bytes: not read"
-        )
-    return data
-
-
 def _sidecar_caption(image_path: str, folder: str | None) -> str:
     """foo.txt, else foo.json, beside foo.jpg; with `folder`, one a symlink takes out of it is refused."""
     stem = os.path.splitext(image_path)[0]
@@ -136,21 +134,23 @@ def _sidecar_caption(image_path: str, folder: str | None) -> str:
         if outside is not None:
             raise _OutsideCaption(f"caption file {os.path.basename(path)} is a symlink to {outside}")
         try:
-            size = os.stat(path).st_size
-        except OSError:
-            size = 0
-        if size > MAX_SIDECAR_BYTES:
+            raw = read_regular(path, MAX_SIDECAR_BYTES)  # no FIFO swapped in after the check blocks it
+        except FileTooLarge as exc:
+            name = os.path.basename(path)
+            if exc.size is None:  # grew after fstat (or a sparse file's size lied)
+                raise _CaptionTooLarge(
+                    f"caption file {name} is larger than {MAX_SIDECAR_BYTES:,} bytes: not read"
+                ) from None
             raise _CaptionTooLarge(
-                f"caption file {os.path.basename(path)} is {size:,} bytes, above {MAX_SIDECAR_BYTES:,}: not read"
-            )
+                f"caption file {name} is {exc.size:,} bytes, above {MAX_SIDECAR_BYTES:,}: not read"
+            ) from None
+        except (OSError, NotRegularFile):
+            return ""
         if path.endswith(".txt"):
-            try:
-                return _read_bounded(path).decode("utf-8", errors="replace").strip()
-            except OSError:
-                return ""
+            return raw.decode("utf-8", errors="replace").strip()
         try:
-            data = orjson.loads(_read_bounded(path))
-        except (OSError, orjson.JSONDecodeError):
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
             return ""
         if isinstance(data, dict):
             for key in ("caption", "text"):

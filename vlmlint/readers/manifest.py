@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from vlmlint.readers.batches import RowBatch
-from vlmlint.readers.files import DatasetError, is_regular_file
+from vlmlint.readers.files import DatasetError, FileTooLarge, NotRegularFile, read_regular
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
 from vlmlint.sample import RowProblem, Sample
@@ -236,12 +236,12 @@ MAX_CONFIG_BYTES = 16 * 2**20
 
 def read_config_json(path: str) -> Any:
     """A dataset's own settings file, parsed; DatasetError (one line naming it) when too big or not JSON."""
-    if not is_regular_file(path):
-        raise DatasetError(f"{path}: not a regular file")
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise DatasetError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not read")
+    try:
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except (NotRegularFile, FileNotFoundError, NotADirectoryError):
+        raise DatasetError(f"{path}: not a regular file") from None
+    except FileTooLarge:
+        raise DatasetError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not read") from None
     try:
         return orjson.loads(data.removeprefix(b"\xef\xbb\xbf"))
     except orjson.JSONDecodeError as exc:

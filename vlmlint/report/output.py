@@ -120,28 +120,22 @@ def _write(stream: BinaryIO, content: bytes | Iterable[bytes], end: bytes) -> No
 
 
 def read_regular(path: str, limit: int, what: str) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; anything else is an OutputError.
+    """The bytes of a regular file of at most `limit` bytes; anything else is an OutputError."""
+    from vlmlint.readers.files import FileTooLarge, NotRegularFile
+    from vlmlint.readers.files import read_regular as read_bounded
 
-    O_NONBLOCK: opening a FIFO does not wait for a writer; fstat of the open descriptor (not of the
-    path, which may change in between) tells a regular file from a device, a FIFO or a folder.
-    """
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        return read_bounded(path, limit)
     except OSError as exc:
         raise OutputError(f"{what} {path}: {exc.strerror or exc}") from None
-    info = os.fstat(handle)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(handle)
-        raise OutputError(f"{what} {path}: not a regular file")
-    with os.fdopen(handle, "rb") as stream:
-        if info.st_size > limit:
-            raise OutputError(
-                f"{what} {path}: {info.st_size:,} bytes, more than the {limit:,} bytes vlmlint reads"
-            )
-        data = stream.read(limit + 1)  # the file may grow after fstat: never more than the limit
-    if len(data) > limit:
-        raise OutputError(f"{what} {path}: more than the {limit:,} bytes vlmlint reads")
-    return data
+    except NotRegularFile:
+        raise OutputError(f"{what} {path}: not a regular file") from None
+    except FileTooLarge as exc:
+        if exc.size is None:
+            raise OutputError(f"{what} {path}: more than the {limit:,} bytes vlmlint reads") from None
+        raise OutputError(
+            f"{what} {path}: {exc.size:,} bytes, more than the {limit:,} bytes vlmlint reads"
+        ) from None
 
 
 def check_target(path: str) -> None:
