@@ -22,7 +22,7 @@ from vlmlint.config import (
     find_config_file,
     read_config_file,
 )
-from vlmlint.rules import Severity
+from vlmlint.records import Severity
 
 MODEL = str(PROCESSORS / "qwen2-vl-small")
 runner = CliRunner()

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import DATASETS, PROCESSORS
 from vlmlint.cli import app
+from vlmlint.records import ImageRef
 from vlmlint.report import html as html_report
-from vlmlint.sample import ImageRef
 
 MODEL = str(PROCESSORS / "qwen2-vl-small")
 runner = CliRunner()

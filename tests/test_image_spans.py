@@ -25,7 +25,7 @@ from PIL import Image
 from tests.conftest import PROCESSORS, real_processor
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner, conversation_for_template
-from vlmlint.sample import ImageRef, Message, Part, Role, Sample
+from vlmlint.records import ImageRef, Message, Part, Role, Sample
 
 SEPARATOR = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
 SIZES = [(640, 480), (100, 300), (900, 200)]  # width, height

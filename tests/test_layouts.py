@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, split_placeholders
-from vlmlint.sample import Part, Role
+from vlmlint.records import Part, Role
 
 RESOLVE = ImageResolver("/data")
 

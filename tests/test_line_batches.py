@@ -9,8 +9,8 @@ from tests.conftest import DATASETS
 from vlmlint.readers import RowBatch, iter_samples
 from vlmlint.readers.hf import TableBatch
 from vlmlint.readers.manifest import LineBatch
+from vlmlint.records import Sample, evolve
 from vlmlint.runner import expand
-from vlmlint.sample import Sample, evolve
 
 
 def _both(path, **options):
@@ -125,7 +125,7 @@ def test_split_keeps_indexes():
 def test_evolve_is_replace():
     from dataclasses import fields, replace
 
-    import vlmlint.sample as records
+    import vlmlint.records as records
 
     sample = Sample(source="a", index=1, line=2, id="x", fingerprint="f")
     assert evolve(sample, id="y") == replace(sample, id="y")

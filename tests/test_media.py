@@ -22,8 +22,8 @@ from vlmlint.config import ScanConfig, build_config
 from vlmlint.engine import Scanner, conversation_for_template
 from vlmlint.readers import iter_samples
 from vlmlint.readers.layouts import ImageResolver, row_to_sample, split_placeholders
+from vlmlint.records import MediaRef, Part
 from vlmlint.report import row_record
-from vlmlint.sample import MediaRef, Part
 
 MEDIA = DATASETS / "media"
 MODEL = str(PROCESSORS / "qwen2-vl-small")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import PROCESSORS
 from vlmlint.config import build_config
 from vlmlint.engine import Scanner
-from vlmlint.sample import Message, Part, Role
+from vlmlint.records import Message, Part, Role
 from vlmlint.template_cache import ShapeCache
 
 CHAT_PROCESSORS = sorted(

@@ -29,10 +29,11 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from vlmlint.config import ConfigError, ScanConfig, build_config
-from vlmlint.rules.base import Finding, Severity
+from vlmlint.records import Finding, Severity
 
 if TYPE_CHECKING:
-    from vlmlint.engine import RowOutcome, Scanner
+    from vlmlint.engine import Scanner
+    from vlmlint.records import RowOutcome
 
 __all__ = ["BATCH_SOURCE", "check_batch", "check_rows", "row_columns", "scan_config"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from vlmlint.rules import Finding
+from vlmlint.records import Finding
 
 BASELINE_VERSION = 1
 MAX_BASELINE_BYTES = 256 * 2**20  # a baseline of a million findings is some 200 MB; beyond: refused

@@ -26,10 +26,10 @@ from typing import Any
 import orjson
 
 from vlmlint import __version__
+from vlmlint.records import Finding, Severity
 from vlmlint.report.output import write_atomic
 from vlmlint.report.safe import dumps_safe
 from vlmlint.report.summary import Summary
-from vlmlint.rules import Finding, Severity
 
 _SAVE_EVERY_SECONDS = 5.0
 FORMAT_VERSION = 1

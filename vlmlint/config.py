@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from vlmlint.rules.base import Severity
+from vlmlint.records import Severity
 
 # Rule thresholds: name -> (default, what it means). Rules read them from the RuleContext, never as literals.
 THRESHOLDS: dict[str, tuple[float, str]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -24,21 +24,23 @@ from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
 from vlmlint.readers import RowBatch, iter_samples
-from vlmlint.rules import ALL_RULES, Finding, Rule, RuleContext
-from vlmlint.sample import (
+from vlmlint.records import (
     IMAGE_PLACEHOLDER,
+    Finding,
     ImageInfo,
     ImageRef,
     MediaInfo,
     MediaRef,
     Message,
     Part,
+    RowOutcome,
     RowProblem,
     RowResult,
     Sample,
     evolve,
     sample_beyond_bounds,
 )
+from vlmlint.rules import ALL_RULES, Rule, RuleContext
 
 _IMAGE_CACHE_SIZE = 65536
 # Embedded bytes (data: URIs, parquet image cells, webdataset members) a scan keeps in the outcomes of
@@ -62,22 +64,6 @@ FOREIGN_IMAGE_TOKENS = frozenset(
         "<img>",
     }
 )
-
-
-@dataclass(frozen=True)
-class RowOutcome:
-    result: RowResult
-    findings: tuple[Finding, ...]
-    # A parallel scan (vlmlint/runner.py) brings a row without findings back from a worker with a
-    # headline Sample only (source, index, line, id, layout, fingerprint: what reports print); this
-    # rebuilds the whole Sample (messages, images) for a caller that needs it, e.g. --verify.
-    reload: Callable[[], Sample] | None = field(default=None, compare=False, repr=False)
-
-    def complete(self) -> RowOutcome:
-        """This outcome with the row's whole Sample (itself unless a parallel scan left a headline)."""
-        if self.reload is None:
-            return self
-        return RowOutcome(evolve(self.result, sample=self.reload()), self.findings)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vlmlint.sample import MAX_EMBEDDED_BYTES, ImageRef
+from vlmlint.records import MAX_EMBEDDED_BYTES, ImageRef
 
 # EXIF orientations 5-8 rotate by 90 or 270 degrees: width and height swap after exif_transpose.
 _SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from vlmlint.images import ImageProblem, open_regular
-from vlmlint.sample import ImageInfo, ImageRef, MediaInfo, MediaRef
+from vlmlint.records import ImageInfo, ImageRef, MediaInfo, MediaRef
 
 _SNIFF_BYTES = 512
 # Containers whose leading bytes are printable text: not to be mistaken for a saved text page.

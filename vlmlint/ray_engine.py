@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from vlmlint.readers import DatasetError, iter_samples
 
 if TYPE_CHECKING:
-    from vlmlint.engine import RowOutcome, Scanner
+    from vlmlint.engine import Scanner
+    from vlmlint.records import RowOutcome
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
 _READ_CPUS = 0.5
@@ -291,7 +292,7 @@ class RayScanner:
         return self._scan(parts, skip)
 
     def _scan(self, parts: list[str], skip: int) -> Iterator[RowOutcome]:
-        from vlmlint.engine import RowOutcome
+        from vlmlint.records import RowOutcome
         from vlmlint.runner import is_stateful
 
         ray = _import_ray()

@@ -29,11 +29,12 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 from vlmlint.readers import RowBatch
-from vlmlint.rules import Finding, Rule
-from vlmlint.sample import RowResult, Sample, evolve
+from vlmlint.records import Finding, RowResult, Sample, evolve
+from vlmlint.rules import Rule
 
 if TYPE_CHECKING:
-    from vlmlint.engine import RowOutcome, Scanner
+    from vlmlint.engine import Scanner
+    from vlmlint.records import RowOutcome
 
 Unit = Sample | RowBatch
 Chunk = list[Unit]
@@ -118,7 +119,7 @@ def scan_parallel(
     scanner: Scanner, units: Iterable[Unit], jobs: int, reset: bool = True
 ) -> Iterator[RowOutcome]:
     """scanner.scan_samples(units) on `jobs` processes (this one included); small inputs stay here."""
-    from vlmlint.engine import RowOutcome
+    from vlmlint.records import RowOutcome
 
     size = scanner.config.batch_size
     chunks = _chunks(iter(units), size)

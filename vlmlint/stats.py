@@ -39,10 +39,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from vlmlint.engine import RowOutcome, Scanner
+from vlmlint.engine import Scanner
 from vlmlint.models import CountError
+from vlmlint.records import RowOutcome, RowResult
 from vlmlint.report.histogram import Bin, histogram
-from vlmlint.sample import RowResult
 
 # (label, percent): nearest-rank percentiles shown for every distribution.
 PERCENTILES: tuple[tuple[str, Fraction], ...] = (

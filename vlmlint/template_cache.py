@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from vlmlint.sample import Message, Part, Role
+from vlmlint.records import Message, Part, Role
 from vlmlint.templates import TemplateLimit
 
 Shape = tuple[tuple[str, tuple[bool, ...]], ...]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from vlmlint.engine import RowOutcome, Scanner
-from vlmlint.rules import Finding
+from vlmlint.engine import Scanner
+from vlmlint.records import Finding, RowOutcome
 from vlmlint.rules.internal import CountDisagreement
 
 SEED = 20241130

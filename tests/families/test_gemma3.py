@@ -22,7 +22,7 @@ from tests.conftest import PROCESSORS, real_processor
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, gemma3, load_model
-from vlmlint.sample import ImageInfo
+from vlmlint.records import ImageInfo
 
 PLAIN = PROCESSORS / "gemma-3-4b-it"
 PANSCAN = PROCESSORS / "gemma-3-4b-it-panscan"

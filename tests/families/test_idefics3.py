@@ -23,7 +23,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, idefics3, load_model
 from vlmlint.models.base import compose_default
-from vlmlint.sample import ImageInfo
+from vlmlint.records import ImageInfo
 
 # name -> (size.longest_edge, max_image_size, image_seq_len) of the hub checkpoints
 HUB = {

@@ -20,7 +20,7 @@ from tests.conftest import PROCESSORS, real_processor
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, internvl, load_model
-from vlmlint.sample import ImageInfo, Message, Part, Role
+from vlmlint.records import ImageInfo, Message, Part, Role
 
 FOLDER = PROCESSORS / "internvl3-1b-hf"
 HUB = dict(size={"height": 448, "width": 448}, min_patches=1, max_patches=12, crop_to_patches=False)

@@ -20,7 +20,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, load_model, paligemma
 from vlmlint.readers import iter_samples
-from vlmlint.sample import ImageInfo
+from vlmlint.records import ImageInfo
 
 FOLDER = PROCESSORS / "paligemma-3b-pt-224"
 

@@ -28,7 +28,7 @@ from vlmlint.images import (
     ImageProblem,
     read_header,
 )
-from vlmlint.sample import MAX_EMBEDDED_BYTES, ImageRef, MediaRef
+from vlmlint.records import MAX_EMBEDDED_BYTES, ImageRef, MediaRef
 
 
 def _row(index: int, image: str) -> dict:

@@ -21,7 +21,7 @@ from vlmlint.config import THRESHOLD_DEFAULTS, ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.images import ImageProblem, decode_image, read_header
 from vlmlint.models import load_model
-from vlmlint.sample import ImageRef
+from vlmlint.records import ImageRef
 from vlmlint.verify import Verifier
 
 

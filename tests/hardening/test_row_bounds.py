@@ -21,9 +21,9 @@ from PIL import Image
 
 from tests.hardening.conftest import MODEL, run_guarded, shape
 from vlmlint.engine import KEEP_EMBEDDED_BYTES
+from vlmlint.records import MAX_FRAMES_PER_ROW, MAX_IMAGES_PER_ROW, MAX_MEDIA_PER_ROW, MAX_PARTS_PER_ROW
 from vlmlint.rules.base import MAX_MESSAGE_CHARS
 from vlmlint.rules.rows import MAX_DUPLICATE_FINDINGS
-from vlmlint.sample import MAX_FRAMES_PER_ROW, MAX_IMAGES_PER_ROW, MAX_MEDIA_PER_ROW, MAX_PARTS_PER_ROW
 
 NORMAL = {"messages": [{"role": "user", "content": "<image>hi"}, {"role": "assistant", "content": "ok"}]}
 
@@ -263,9 +263,9 @@ def test_repeated_ids_are_bounded(tmp_path, record):
 
 def test_the_duplicate_id_rule_is_linear():
     """The rule alone, in this process: twice the rows of one repeated id, about twice the time."""
+    from vlmlint.records import RowResult, Sample
     from vlmlint.rules.base import RuleContext
     from vlmlint.rules.rows import DuplicateId
-    from vlmlint.sample import RowResult, Sample
 
     context = RuleContext(max_length=None, image_placeholder="")
     seconds = []

@@ -9,7 +9,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from vlmlint.pipelines.base import Pipeline, PipelineError, TrainerFate
+from vlmlint.pipelines.base import Pipeline, PipelineError
+from vlmlint.records import TrainerFate
 
 # name -> "module:Class"
 PIPELINES: dict[str, str] = {

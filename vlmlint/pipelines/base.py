@@ -29,32 +29,18 @@ Presets are pure: no printing, no exits; options come from `--pipeline-option KE
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
     from vlmlint.models import Model
-    from vlmlint.sample import RowResult
-
-FateStatus = Literal["kept", "truncated", "dropped", "raise", "crash"]
+    from vlmlint.records import RowResult
 
 
 class PipelineError(ValueError):
     """A pipeline name or option vlmlint cannot use; the message names it."""
-
-
-@dataclass(frozen=True)
-class TrainerFate:
-    """What the trainer does with one row."""
-
-    status: FateStatus
-    trainer: str  # e.g. "LLaMA-Factory 0.9.3 (cutoff_len 2048)"
-    length: int | None = None  # tokens the trainer feeds the model (after its truncation), if it does
-    answer_tokens_lost: int = 0  # trained-on (label) tokens cut away
-    image_tokens_lost: int = 0  # image placeholder tokens cut away (a crash when 0 < lost < all)
-    reason: str = ""  # one sentence: why, with the numbers
-    fix: str = ""  # one sentence: what to change
 
 
 class Pipeline:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from vlmlint.sample import Message, Role
+from vlmlint.records import Message, Role
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner

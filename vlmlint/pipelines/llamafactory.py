@@ -40,13 +40,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vlmlint.pipelines.base import Pipeline, PipelineError, TrainerFate
-from vlmlint.sample import Message, Role
+from vlmlint.pipelines.base import Pipeline, PipelineError
+from vlmlint.records import Message, Role, TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
     from vlmlint.models import Model
-    from vlmlint.sample import RowResult
+    from vlmlint.records import RowResult
 
 VERSION = "0.9.5"
 

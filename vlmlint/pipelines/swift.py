@@ -33,12 +33,13 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vlmlint.pipelines.base import Pipeline, PipelineError, TrainerFate
+from vlmlint.pipelines.base import Pipeline, PipelineError
 from vlmlint.pipelines.layout import Layout, added_special_tokens, row_layout
+from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
-    from vlmlint.sample import RowResult
+    from vlmlint.records import RowResult
 
 SWIFT_VERSION = "ms-swift 4.6.0"
 _STRATEGIES = ("delete", "left", "right", "raise")

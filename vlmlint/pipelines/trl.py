@@ -29,12 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vlmlint.pipelines.base import Pipeline, PipelineError, TrainerFate
+from vlmlint.pipelines.base import Pipeline, PipelineError
 from vlmlint.pipelines.layout import added_special_tokens, row_layout
+from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
-    from vlmlint.sample import RowResult
+    from vlmlint.records import RowResult
 
 TRL_VERSION = "TRL 1.16.0"
 # Processors that locate each image's replacement text by its first and last character and fail when

@@ -18,7 +18,7 @@ from vlmlint.readers.hf import (
 from vlmlint.readers.layouts import LAYOUTS, detect_layout, row_to_sample
 from vlmlint.readers.manifest import read_json, read_jsonl
 from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
-from vlmlint.sample import RowProblem, Sample
+from vlmlint.records import RowProblem, Sample
 
 __all__ = ["LAYOUTS", "DatasetError", "RowBatch", "detect_layout", "iter_samples", "row_to_sample"]
 

@@ -10,7 +10,7 @@ gives exactly the Samples the reader would have yielded one by one.
 
 from __future__ import annotations
 
-from vlmlint.sample import Sample
+from vlmlint.records import Sample
 
 
 class RowBatch:

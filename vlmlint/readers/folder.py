@@ -19,7 +19,7 @@ from vlmlint.readers.files import (
 )
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
-from vlmlint.sample import RowProblem, Sample
+from vlmlint.records import RowProblem, Sample
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".jfif", ".avif", ".heic", ".ico"}

@@ -17,7 +17,7 @@ from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.layouts import detect_layout, row_to_sample, shared_resolver
 from vlmlint.readers.manifest import read_config_json
-from vlmlint.sample import RowProblem, Sample
+from vlmlint.records import RowProblem, Sample
 
 BATCH_ROWS = 256
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vlmlint.readers.fingerprint import row_fingerprint
-from vlmlint.sample import (
+from vlmlint.records import (
     AUDIO_PLACEHOLDER,
     IMAGE_PLACEHOLDER,
     MAX_EMBEDDED_BYTES,

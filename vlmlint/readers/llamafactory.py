@@ -29,7 +29,7 @@ from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.hf import read_arrow, read_parquet
 from vlmlint.readers.layouts import RowError
 from vlmlint.readers.manifest import read_config_json, read_json, read_jsonl
-from vlmlint.sample import Sample
+from vlmlint.records import Sample
 
 DATA_CONFIG = "dataset_info.json"
 READERS = {"json": read_json, "jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow}

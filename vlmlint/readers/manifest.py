@@ -18,7 +18,7 @@ from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError, FileTooLarge, NotRegularFile, read_regular
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
-from vlmlint.sample import RowProblem, Sample
+from vlmlint.records import RowProblem, Sample
 
 Convert = Callable[[Any], Any]  # a decoded row -> the row to parse (readers/llamafactory.py)
 

@@ -44,7 +44,7 @@ from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.folder import IMAGE_EXTENSIONS
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
 from vlmlint.readers.manifest import _FileLayout
-from vlmlint.sample import RowProblem, Sample
+from vlmlint.records import RowProblem, Sample
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 # Bounds: beyond each, a VLM101 on the sample (or on the rest of the shard) instead of a read.

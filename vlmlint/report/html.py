@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from vlmlint.records import ImageInfo, ImageRef, RowResult
 from vlmlint.report.histogram import Bin, histogram
 from vlmlint.report.safe import printable
-from vlmlint.sample import ImageInfo, ImageRef, RowResult
 
 MAX_PREVIEW_FINDINGS = 500  # findings (table rows) that get thumbnails; later rows say why they have none
 MAX_PREVIEWS_PER_ROW = 8  # images shown for one dataset row; the rest are counted

@@ -8,7 +8,7 @@ import orjson
 
 from vlmlint import __version__
 from vlmlint.config import ScanConfig
-from vlmlint.engine import RowOutcome
+from vlmlint.records import RowOutcome
 from vlmlint.report.output import readable_as_umask_allows, write_atomic  # noqa: F401 (re-exported)
 from vlmlint.report.safe import dumps_safe, safe_record
 from vlmlint.report.summary import Summary

@@ -11,9 +11,8 @@ from typing import IO
 
 import orjson
 
-from vlmlint.engine import RowOutcome
+from vlmlint.records import Finding, RowOutcome, Severity
 from vlmlint.report.safe import dumps_safe
-from vlmlint.rules import Finding, Severity
 
 KEEP_FLAGGED_ROWS = 5_000  # rows with findings kept in memory (text table, HTML); later rows spill to disk
 

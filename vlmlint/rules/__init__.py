@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
+from vlmlint.records import Finding, Severity
+from vlmlint.rules.base import Rule, RuleContext
 from vlmlint.rules.content import NothingToTrain
 from vlmlint.rules.images import (
     AnimatedImage,

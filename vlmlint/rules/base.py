@@ -6,11 +6,10 @@ import inspect
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from hashlib import blake2b
 from typing import ClassVar
 
-from vlmlint.sample import RowResult, Sample
+from vlmlint.records import Finding, RowResult, Sample, Severity
 
 _CODE = re.compile(r"^VLM\d{3}$")
 _NAME = re.compile(r"^[a-z]+(-[a-z]+)*$")
@@ -43,50 +42,6 @@ def listed(items: Sequence[str], limit: int = MAX_LISTED, sep: str = ", ") -> st
     if len(items) <= limit:
         return sep.join(items)
     return f"{sep.join(items[:limit])} and {len(items) - limit:,} more"
-
-
-class Severity(str, Enum):
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
-
-    @property
-    def rank(self) -> int:
-        return ("info", "warning", "error").index(self.value)
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    name: str
-    severity: Severity
-    message: str
-    fix: str
-    source: str
-    line: int | None
-    index: int
-    id: str | None
-    # Rule code + the row's content hash (not its position): what a baseline matches on.
-    fingerprint: str | None = None
-
-    @classmethod
-    def from_dict(cls, record: dict) -> Finding:
-        """The inverse of to_dict (findings spilled to disk are read back with it)."""
-        return cls(**{**record, "severity": Severity(record["severity"])})
-
-    def to_dict(self) -> dict:
-        return {
-            "code": self.code,
-            "name": self.name,
-            "severity": self.severity.value,
-            "message": self.message,
-            "fix": self.fix,
-            "source": self.source,
-            "line": self.line,
-            "index": self.index,
-            "id": self.id,
-            "fingerprint": self.fingerprint,
-        }
 
 
 @dataclass(frozen=True)

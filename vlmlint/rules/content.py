@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity, listed
-from vlmlint.sample import Role, RowResult
+from vlmlint.records import Finding, Role, RowResult, Severity
+from vlmlint.rules.base import Rule, RuleContext, listed
 
 
 class NothingToTrain(Rule):

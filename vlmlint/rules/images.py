@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from PIL import Image
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import ImageInfo, RowResult
+from vlmlint.records import Finding, ImageInfo, RowResult, Severity
+from vlmlint.rules.base import Rule, RuleContext
 
 # EXIF orientations that turn the image by 90 or 270 degrees: width and height swap.
 _SWAPPING = frozenset({5, 6, 7, 8})

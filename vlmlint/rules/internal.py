@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import RowResult
+from vlmlint.records import Finding, RowResult, Severity
+from vlmlint.rules.base import Rule, RuleContext
 
 
 class CountDisagreement(Rule):

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from vlmlint.rules.base import MAX_LISTED, Finding, Rule, RuleContext, Severity, listed
-from vlmlint.sample import RowResult
+from vlmlint.records import Finding, RowResult, Severity
+from vlmlint.rules.base import MAX_LISTED, Rule, RuleContext, listed
 
 
 def _ordinal(n: int) -> str:

@@ -7,8 +7,17 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
-from vlmlint.rules.base import MAX_LISTED, Finding, Rule, RuleContext, Severity, listed
-from vlmlint.sample import IMAGE_PLACEHOLDER, MEDIA_PLACEHOLDERS, Message, Role, RowResult, Sample
+from vlmlint.records import (
+    IMAGE_PLACEHOLDER,
+    MEDIA_PLACEHOLDERS,
+    Finding,
+    Message,
+    Role,
+    RowResult,
+    Sample,
+    Severity,
+)
+from vlmlint.rules.base import MAX_LISTED, Rule, RuleContext, listed
 
 
 def _ordinal(n: int) -> str:

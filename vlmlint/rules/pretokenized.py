@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from vlmlint.readers.layouts import TOKEN_FIELDS
-from vlmlint.rules.base import Finding, Rule, RuleContext, Severity
-from vlmlint.sample import RowResult
+from vlmlint.records import Finding, RowResult, Severity
+from vlmlint.rules.base import Rule, RuleContext
 
 MROPE_FAMILIES = ("qwen-vl",)  # position_ids of shape (3, seq): temporal, height and width rows
 

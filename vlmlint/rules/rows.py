@@ -6,8 +6,8 @@ from array import array
 from collections.abc import Iterator
 from hashlib import blake2b
 
-from vlmlint.rules.base import MAX_SHOWN_CHARS, Finding, Rule, RuleContext, Severity, shown
-from vlmlint.sample import MediaInfo, RowResult
+from vlmlint.records import Finding, MediaInfo, RowResult, Severity
+from vlmlint.rules.base import MAX_SHOWN_CHARS, Rule, RuleContext, shown
 
 
 def numbered_media(row: RowResult, error_code: str | None = None) -> Iterator[tuple[str, MediaInfo]]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Literal
 
 # The placeholder a dataset author writes in the text for "an image goes here".
 IMAGE_PLACEHOLDER = "<image>"
@@ -149,7 +151,7 @@ class ImageInfo:
     height: int | None = None
     format: str | None = None
     mode: str | None = None
-    error_code: str | None = None
+    error_code: ImageError | None = None
     error: str | None = None
     resized_width: int | None = None
     resized_height: int | None = None
@@ -171,7 +173,7 @@ class MediaInfo:
 
     kind: str
     reference: str
-    error_code: str | None = None
+    error_code: ImageError | None = None
     error: str | None = None
     frames: int | None = None
 
@@ -253,3 +255,95 @@ def sample_beyond_bounds(sample: Sample) -> str | None:
     frames = sum(len(ref.frames) for ref in sample.media)
     media = max(len(sample.media), media_parts)
     return beyond_bounds(len(sample.images), placeholders, media, frames, parts)
+
+
+class ImageError(str, Enum):
+    """Why an image (or a video, an audio clip) has no count: what ImageInfo.error_code holds."""
+
+    MISSING = "missing"  # no such file
+    UNREADABLE = "unreadable"  # a file that is not an image vlmlint reads, or a damaged one
+    OUTSIDE = "outside"  # a path that leaves the dataset folder (without --allow-outside-root)
+    REMOTE = "remote"  # a URL, not fetched (without --allow-remote)
+    BOMB = "bomb"  # above the pixel limit: not decoded
+    REJECTED = "rejected"  # the model's processor refuses it (e.g. an aspect ratio above its limit)
+
+    def __str__(self) -> str:  # the value, as the free strings it replaced printed
+        return self.value
+
+    __format__ = str.__format__
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return ("info", "warning", "error").index(self.value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    fix: str
+    source: str
+    line: int | None
+    index: int
+    id: str | None
+    # Rule code + the row's content hash (not its position): what a baseline matches on.
+    fingerprint: str | None = None
+
+    @classmethod
+    def from_dict(cls, record: dict) -> Finding:
+        """The inverse of to_dict (findings spilled to disk are read back with it)."""
+        return cls(**{**record, "severity": Severity(record["severity"])})
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "message": self.message,
+            "fix": self.fix,
+            "source": self.source,
+            "line": self.line,
+            "index": self.index,
+            "id": self.id,
+            "fingerprint": self.fingerprint,
+        }
+
+
+FateStatus = Literal["kept", "truncated", "dropped", "raise", "crash"]
+
+
+@dataclass(frozen=True)
+class TrainerFate:
+    """What the trainer does with one row."""
+
+    status: FateStatus
+    trainer: str  # e.g. "LLaMA-Factory 0.9.3 (cutoff_len 2048)"
+    length: int | None = None  # tokens the trainer feeds the model (after its truncation), if it does
+    answer_tokens_lost: int = 0  # trained-on (label) tokens cut away
+    image_tokens_lost: int = 0  # image placeholder tokens cut away (a crash when 0 < lost < all)
+    reason: str = ""  # one sentence: why, with the numbers
+    fix: str = ""  # one sentence: what to change
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    result: RowResult
+    findings: tuple[Finding, ...]
+    # A parallel scan (vlmlint/runner.py) brings a row without findings back from a worker with a
+    # headline Sample only (source, index, line, id, layout, fingerprint: what reports print); this
+    # rebuilds the whole Sample (messages, images) for a caller that needs it, e.g. --verify.
+    reload: Callable[[], Sample] | None = field(default=None, compare=False, repr=False)
+
+    def complete(self) -> RowOutcome:
+        """This outcome with the row's whole Sample (itself unless a parallel scan left a headline)."""
+        if self.reload is None:
+            return self
+        return RowOutcome(evolve(self.result, sample=self.reload()), self.findings)
