@@ -27,6 +27,7 @@ from vlmlint.readers import RowBatch, iter_samples
 from vlmlint.records import (
     IMAGE_PLACEHOLDER,
     Finding,
+    ImageError,
     ImageInfo,
     ImageRef,
     MediaInfo,
@@ -295,13 +296,15 @@ class Scanner:
     def _header(self, ref: ImageRef) -> ImageInfo:
         if ref.dropped:  # a kept outcome scanned again (--verify): its bytes are gone
             return ImageInfo(
-                reference=ref.reference, error_code="unreadable", error="embedded bytes not kept"
+                reference=ref.reference, error_code=ImageError.UNREADABLE, error="embedded bytes not kept"
             )
         if ref.outside_root and not self.config.allow_outside_root:
             real = os.path.realpath(ref.path)  # a symlink inside the folder may point out of it
             where = ref.path if real == ref.path else f"{ref.path} -> {real}"
             return ImageInfo(
-                reference=ref.reference, error_code="outside", error=f"{where} is outside the dataset folder"
+                reference=ref.reference,
+                error_code=ImageError.OUTSIDE,
+                error=f"{where} is outside the dataset folder",
             )
         try:
             if ref.url is not None and self.config.allow_remote:
@@ -357,7 +360,9 @@ class Scanner:
         for position, ref in enumerate(sample.images):
             info = headers[position]
             if info.width * info.height > self.config.thresholds["bomb_pixels"]:
-                refused = replace(info, error_code="bomb", error="not decoded: above the pixel limit")
+                refused = replace(
+                    info, error_code=ImageError.BOMB, error="not decoded: above the pixel limit"
+                )
                 return headers[:position] + (refused,) + headers[position + 1 :], None
             try:
                 decoded.append(self._decode(ref))
@@ -455,11 +460,11 @@ class Scanner:
     def _rejected(self, info: ImageInfo, exc: CountError) -> ImageInfo:
         """Mark the image(s) the processor refuses; with several, only those the formula refuses alone."""
         if not self.family.header_formula:
-            return replace(info, error_code="rejected", error=str(exc))
+            return replace(info, error_code=ImageError.REJECTED, error=str(exc))
         try:
             self._count(*self._trainer_size(info), 1)
         except CountError:
-            return replace(info, error_code="rejected", error=str(exc))
+            return replace(info, error_code=ImageError.REJECTED, error=str(exc))
         return info
 
     # -- text -------------------------------------------------------------------------------------

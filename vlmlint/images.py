@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vlmlint.records import MAX_EMBEDDED_BYTES, ImageRef
+from vlmlint.records import MAX_EMBEDDED_BYTES, ImageError, ImageRef
 
 # EXIF orientations 5-8 rotate by 90 or 270 degrees: width and height swap after exif_transpose.
 _SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})
@@ -146,7 +146,7 @@ def fetch(url: str, timeout: float = 20.0) -> bytes:
                 received += len(chunk)
     except (OSError, ValueError, http.client.HTTPException) as exc:  # IncompleteRead...
         if not expired.is_set():
-            raise ImageProblem("missing", f"cannot fetch {url}: {exc}") from None
+            raise ImageProblem(ImageError.MISSING, f"cannot fetch {url}: {exc}") from None
     finally:
         timer.cancel()
         for connection in connections:
@@ -155,23 +155,25 @@ def fetch(url: str, timeout: float = 20.0) -> bytes:
         message = (
             f"cannot fetch {url}: not complete within {REMOTE_DEADLINE_S:g} s ({received:,} bytes received)"
         )
-        raise ImageProblem("unreadable", message)
+        raise ImageProblem(ImageError.UNREADABLE, message)
     if received > MAX_REMOTE_BYTES:
-        raise ImageProblem("unreadable", f"{url} is larger than {MAX_REMOTE_BYTES // 2**20} MiB; not read")
+        raise ImageProblem(
+            ImageError.UNREADABLE, f"{url} is larger than {MAX_REMOTE_BYTES // 2**20} MiB; not read"
+        )
     return b"".join(chunks)
 
 
 def _open(ref: ImageRef) -> io.BufferedIOBase:
     """The image's bytes as one open stream: a buffer, or the regular file opened once, without blocking."""
     if ref.url is not None:
-        raise ImageProblem("remote", f"{ref.url} is a URL; vlmlint does not fetch images")
+        raise ImageProblem(ImageError.REMOTE, f"{ref.url} is a URL; vlmlint does not fetch images")
     if ref.problem is not None:  # the reader refused it (an embedded image above MAX_EMBEDDED_BYTES)
-        raise ImageProblem("unreadable", ref.problem)
+        raise ImageProblem(ImageError.UNREADABLE, ref.problem)
     if ref.data is not None:
         if len(ref.data) > MAX_EMBEDDED_BYTES:
             limit = f"{MAX_EMBEDDED_BYTES // 2**20} MiB"
             raise ImageProblem(
-                "unreadable", f"embedded image {ref.reference} is larger than {limit}; not read"
+                ImageError.UNREADABLE, f"embedded image {ref.reference} is larger than {limit}; not read"
             )
         return io.BytesIO(ref.data)
     assert ref.path is not None
@@ -194,12 +196,12 @@ def open_regular(path: str, reference: str | None = None, what: str = "image") -
                 os.close(descriptor)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # a dangling symlink too
-            raise ImageProblem("missing", f"{what} file not found: {reference}") from None
-        raise ImageProblem("unreadable", f"cannot open {reference}: {exc.strerror or exc}") from None
+            raise ImageProblem(ImageError.MISSING, f"{what} file not found: {reference}") from None
+        raise ImageProblem(ImageError.UNREADABLE, f"cannot open {reference}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         # Why: opening a FIFO blocks the scan forever, a device never ends; only regular files are read.
         kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
-        raise ImageProblem("unreadable", f"not a regular file: {reference} (a {kind})")
+        raise ImageProblem(ImageError.UNREADABLE, f"not a regular file: {reference} (a {kind})")
     return os.fdopen(descriptor, "rb")
 
 
@@ -398,9 +400,9 @@ def _size_of(stream) -> int:
 def _unsupported(stream, reference: str) -> ImageProblem:
     other = _other_format(stream)
     if other is None:
-        return ImageProblem("unreadable", f"not an image file PIL can read: {reference}")
+        return ImageProblem(ImageError.UNREADABLE, f"not an image file PIL can read: {reference}")
     return ImageProblem(
-        "unreadable",
+        ImageError.UNREADABLE,
         f"{reference} is in {other} format, not one vlmlint reads ({', '.join(_formats())}); "
         "convert it, e.g. to PNG",
     )
@@ -426,7 +428,7 @@ def _read_header(ref: ImageRef, stream, max_decode_pixels: int | None) -> ImageH
     values = _tiff_values(stream, size)
     if values > MAX_TIFF_TAG_VALUES:
         raise ImageProblem(
-            "unreadable",
+            ImageError.UNREADABLE,
             f"TIFF {ref.reference} declares {values:,} values in its tags (strips, tiles...), above the "
             f"{MAX_TIFF_TAG_VALUES:,} vlmlint reads; not read",
         )
@@ -461,17 +463,17 @@ def _read_header(ref: ImageRef, stream, max_decode_pixels: int | None) -> ImageH
             message = (
                 f"image header of {ref.reference} is larger than {MAX_HEADER_BYTES // 2**20} MiB; not read"
             )
-            raise ImageProblem("unreadable", message) from None
+            raise ImageProblem(ImageError.UNREADABLE, message) from None
         except UnidentifiedImageError:
             raise _unsupported(stream, ref.reference) from None
         except (OSError, SyntaxError, ValueError) as exc:
             message = f"cannot read image header of {ref.reference}: {exc}{_first_warning(caught)}"
-            raise ImageProblem("unreadable", message) from None
+            raise ImageProblem(ImageError.UNREADABLE, message) from None
         except Exception as exc:  # PIL's plugins raise struct.error, IndexError, EOFError... on hostile bytes
             message = f"cannot read image header of {ref.reference}: {type(exc).__name__}: {exc}"
-            raise ImageProblem("unreadable", message + _first_warning(caught)) from None
+            raise ImageProblem(ImageError.UNREADABLE, message + _first_warning(caught)) from None
     if width <= 0 or height <= 0:
-        raise ImageProblem("unreadable", f"image {ref.reference} has an empty size {width}x{height}")
+        raise ImageProblem(ImageError.UNREADABLE, f"image {ref.reference} has an empty size {width}x{height}")
     # Pixel data running past the end of the file (TIFF, BMP, AVIF), or a missing end marker: confirm with
     # one real decode, so that files with trailing data after the marker pass. Never for images above
     # the pixel limits, not even to confirm: VLM202 reports those.
@@ -500,12 +502,12 @@ def _decode(ref: ImageRef, stream) -> Image.Image:
                 image.load()
                 return ImageOps.exif_transpose(image).convert("RGB")
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise ImageProblem("unreadable", f"{ref.reference}: {exc}") from None
+            raise ImageProblem(ImageError.UNREADABLE, f"{ref.reference}: {exc}") from None
         except UnidentifiedImageError:
             raise _unsupported(stream, ref.reference) from None
         except (OSError, SyntaxError, ValueError) as exc:
             message = f"image {ref.reference} is truncated or corrupt: {exc}{_first_warning(caught)}"
-            raise ImageProblem("unreadable", message) from None
+            raise ImageProblem(ImageError.UNREADABLE, message) from None
         except Exception as exc:  # as in read_header: any decoder failure is the file's, not the scan's
             message = f"image {ref.reference} is truncated or corrupt: {type(exc).__name__}: {exc}"
-            raise ImageProblem("unreadable", message + _first_warning(caught)) from None
+            raise ImageProblem(ImageError.UNREADABLE, message + _first_warning(caught)) from None

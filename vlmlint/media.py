@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from vlmlint.images import ImageProblem, open_regular
-from vlmlint.records import ImageInfo, ImageRef, MediaInfo, MediaRef
+from vlmlint.records import ImageError, ImageInfo, ImageRef, MediaInfo, MediaRef
 
 _SNIFF_BYTES = 512
 # Containers whose leading bytes are printable text: not to be mistaken for a saved text page.
@@ -52,9 +52,11 @@ def media_info(
     if ref.outside_root and not allow_outside_root and ref.path is not None:
         real = os.path.realpath(ref.path)
         where = ref.path if real == ref.path else f"{ref.path} -> {real}"
-        return MediaInfo(kind, ref.reference, "outside", f"{where} is outside the dataset folder")
+        return MediaInfo(kind, ref.reference, ImageError.OUTSIDE, f"{where} is outside the dataset folder")
     if ref.url is not None:
-        return MediaInfo(kind, ref.reference, "remote", f"{ref.url} is a URL; vlmlint does not fetch {kind}")
+        return MediaInfo(
+            kind, ref.reference, ImageError.REMOTE, f"{ref.url} is a URL; vlmlint does not fetch {kind}"
+        )
     problem = _problem(ref)
     if problem is not None:
         return MediaInfo(kind, ref.reference, *problem)
@@ -64,7 +66,7 @@ def media_info(
 def _problem(ref: MediaRef) -> tuple[str, str] | None:
     """(error code, message) for a clip that cannot be read, else None."""
     if ref.problem is not None:  # the reader refused it (embedded bytes above MAX_EMBEDDED_BYTES)
-        return "unreadable", ref.problem
+        return ImageError.UNREADABLE, ref.problem
     if ref.data is not None:
         start = ref.data[:_SNIFF_BYTES]
     else:
@@ -75,12 +77,12 @@ def _problem(ref: MediaRef) -> tuple[str, str] | None:
         except ImageProblem as problem:
             return problem.kind, problem.message
         except OSError as exc:
-            return "unreadable", f"cannot open {ref.reference}: {exc.strerror or exc}"
+            return ImageError.UNREADABLE, f"cannot open {ref.reference}: {exc.strerror or exc}"
     if not start:
-        return "unreadable", f"empty file (0 bytes): {ref.reference}"
+        return ImageError.UNREADABLE, f"empty file (0 bytes): {ref.reference}"
     if _is_text(start):
         return (
-            "unreadable",
+            ImageError.UNREADABLE,
             f"{ref.reference} holds text, not a {ref.kind} ({_preview(start)}...): an error page saved by a "
             "failed download?",
         )

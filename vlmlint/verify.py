@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from vlmlint.engine import Scanner
-from vlmlint.records import Finding, RowOutcome
+from vlmlint.records import Finding, ImageError, RowOutcome
 from vlmlint.rules.internal import CountDisagreement
 
 SEED = 20241130
@@ -48,7 +48,7 @@ class Verifier:
             a, b = fast.result, precise.result
             if any(ref.dropped for ref in a.sample.images):
                 continue  # its embedded bytes were not kept (engine.KEEP_EMBEDDED_BYTES): nothing to recount
-            if any(info.error_code == "bomb" for info in b.images):
+            if any(info.error_code == ImageError.BOMB for info in b.images):
                 continue  # the exact path never decodes it (above bomb_pixels): VLM202's, not a disagreement
             if (a.seq_len, a.image_tokens) != (b.seq_len, b.image_tokens):
                 message = (

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from vlmlint.records import ImageInfo, ImageRef, RowResult
+from vlmlint.records import ImageError, ImageInfo, ImageRef, RowResult
 from vlmlint.report.histogram import Bin, histogram
 from vlmlint.report.safe import printable
 
@@ -149,7 +149,7 @@ def thumbnail(ref: ImageRef, info: ImageInfo | None, *, allow_outside_root: bool
         return Preview(None, "outside the dataset folder: not read (--allow-outside-root)")
     if info is not None and info.width and info.height and info.width * info.height > MAX_PREVIEW_PIXELS:
         return _too_large(info.width, info.height)
-    if info is not None and info.error_code == "unreadable" and info.error:  # read once, not twice
+    if info is not None and info.error_code == ImageError.UNREADABLE and info.error:  # read once, not twice
         return Preview(None, f"unreadable: {_reason(Exception(info.error))}")
     if ref.data is None and ref.dropped:
         return Preview(None, "embedded image not kept (the report's memory budget for thumbnails is spent)")

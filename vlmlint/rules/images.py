@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from PIL import Image
 
-from vlmlint.records import Finding, ImageInfo, RowResult, Severity
+from vlmlint.records import Finding, ImageError, ImageInfo, RowResult, Severity
 from vlmlint.rules.base import Rule, RuleContext
 
 # EXIF orientations that turn the image by 90 or 270 degrees: width and height swap.
@@ -72,7 +72,7 @@ class UnreadableImage(Rule):
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         for position, info in enumerate(row.images, start=1):
-            if info.error_code == "unreadable":
+            if info.error_code == ImageError.UNREADABLE:
                 yield self.finding(
                     row,
                     f"image {position}: {info.error}",
@@ -112,7 +112,7 @@ class DecompressionBomb(Rule):
             if not info.width or not info.height:
                 continue
             pixels = info.width * info.height
-            if pixels <= limit and info.error_code != "bomb":
+            if pixels <= limit and info.error_code != ImageError.BOMB:
                 continue
             if pil_limit and pixels > 2 * pil_limit:
                 pil = f"PIL's Image.open raises DecompressionBombError (above {2 * pil_limit:,} pixels)"
@@ -150,7 +150,7 @@ class ExtremeAspectRatio(Rule):
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         for position, info in enumerate(row.images, start=1):
-            if info.error_code == "rejected":
+            if info.error_code == ImageError.REJECTED:
                 shape = ""
                 if info.width and info.height:
                     ratio = max(info.width, info.height) / min(info.width, info.height)

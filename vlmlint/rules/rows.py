@@ -6,7 +6,7 @@ from array import array
 from collections.abc import Iterator
 from hashlib import blake2b
 
-from vlmlint.records import Finding, MediaInfo, RowResult, Severity
+from vlmlint.records import Finding, ImageError, MediaInfo, RowResult, Severity
 from vlmlint.rules.base import MAX_SHOWN_CHARS, Rule, RuleContext, shown
 
 
@@ -103,7 +103,7 @@ class MissingImage(Rule):
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         for position, info in enumerate(row.images, start=1):
-            if info.error_code == "missing":
+            if info.error_code == ImageError.MISSING:
                 yield self.finding(
                     row,
                     f"image {position} not found: {info.reference}",
@@ -148,7 +148,7 @@ class ImageOutsideRoot(Rule):
                     "copy the file into the dataset folder instead of linking it, or pass --allow-outside-root",
                 )
         for position, info in enumerate(row.images, start=1):
-            if info.error_code == "outside":
+            if info.error_code == ImageError.OUTSIDE:
                 yield self.finding(
                     row,
                     f"image {position} ({info.reference}) is not read: {info.error}",
@@ -184,7 +184,7 @@ class RemoteImage(Rule):
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         for position, info in enumerate(row.images, start=1):
-            if info.error_code == "remote":
+            if info.error_code == ImageError.REMOTE:
                 yield self.finding(
                     row,
                     f"image {position} is a URL, not fetched unless --allow-remote: {info.reference}",
