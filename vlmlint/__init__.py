@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from vlmlint.version import __version__
 
 __all__ = ["__version__", "check_batch", "check_rows", "row_columns"]
 

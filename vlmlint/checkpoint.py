@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from vlmlint import __version__
+from vlmlint.version import __version__
 from vlmlint.records import Finding, Severity
 from vlmlint.report.output import write_atomic
 from vlmlint.report.safe import dumps_safe

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from vlmlint import __version__
+from vlmlint.version import __version__
 from vlmlint.report.formats import FORMAT_NAMES
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from vlmlint import __version__
+from vlmlint.version import __version__
 from vlmlint.config import ScanConfig
 from vlmlint.records import RowOutcome
 from vlmlint.report.output import readable_as_umask_allows, write_atomic  # noqa: F401 (re-exported)

@@ -15,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
-from vlmlint import __version__
+from vlmlint.version import __version__
 from vlmlint.report.ci import INFORMATION_URI, Located, located_findings
 from vlmlint.report.formats import ReportInput
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
