@@ -14,6 +14,7 @@ from PIL import Image
 
 from vlmlint.records import Finding, ImageError, ImageInfo, RowResult, Severity
 from vlmlint.rules.base import Rule, RuleContext
+from vlmlint.rules.rows import numbered_images, numbered_media
 
 # EXIF orientations that turn the image by 90 or 270 degrees: width and height swap.
 _SWAPPING = frozenset({5, 6, 7, 8})
@@ -71,16 +72,13 @@ class UnreadableImage(Rule):
     severity = Severity.ERROR
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        for position, info in enumerate(row.images, start=1):
-            if info.error_code == ImageError.UNREADABLE:
-                yield self.finding(
-                    row,
-                    f"image {position}: {info.error}",
-                    f"re-encode or re-download {info.reference}, or drop the row",
-                )
-        from vlmlint.rules.rows import numbered_media
-
-        for label, info in numbered_media(row, "unreadable"):
+        for position, info in numbered_images(row, ImageError.UNREADABLE):
+            yield self.finding(
+                row,
+                f"image {position}: {info.error}",
+                f"re-encode or re-download {info.reference}, or drop the row",
+            )
+        for label, info in numbered_media(row, ImageError.UNREADABLE):
             yield self.finding(
                 row, f"{label}: {info.error}", f"re-encode or re-download {info.reference}, or drop the row"
             )
@@ -149,18 +147,17 @@ class ExtremeAspectRatio(Rule):
     severity = Severity.ERROR
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        for position, info in enumerate(row.images, start=1):
-            if info.error_code == ImageError.REJECTED:
-                shape = ""
-                if info.width and info.height:
-                    ratio = max(info.width, info.height) / min(info.width, info.height)
-                    shape = f" ({info.width}x{info.height}, aspect ratio {ratio:.1f})"
-                yield self.finding(
-                    row,
-                    f"image {position}{shape} is refused by the processor: {info.error}",
-                    "pad the short side or split the long side into tiles below the processor's "
-                    "aspect-ratio limit, or drop the row",
-                )
+        for position, info in numbered_images(row, ImageError.REJECTED):
+            shape = ""
+            if info.width and info.height:
+                ratio = max(info.width, info.height) / min(info.width, info.height)
+                shape = f" ({info.width}x{info.height}, aspect ratio {ratio:.1f})"
+            yield self.finding(
+                row,
+                f"image {position}{shape} is refused by the processor: {info.error}",
+                "pad the short side or split the long side into tiles below the processor's "
+                "aspect-ratio limit, or drop the row",
+            )
 
 
 class TinyImage(Rule):

@@ -6,11 +6,18 @@ from array import array
 from collections.abc import Iterator
 from hashlib import blake2b
 
-from vlmlint.records import Finding, ImageError, MediaInfo, RowResult, Severity
+from vlmlint.records import Finding, ImageError, ImageInfo, MediaInfo, RowResult, Severity
 from vlmlint.rules.base import MAX_SHOWN_CHARS, Rule, RuleContext, shown
 
 
-def numbered_media(row: RowResult, error_code: str | None = None) -> Iterator[tuple[str, MediaInfo]]:
+def numbered_images(row: RowResult, error_code: ImageError) -> Iterator[tuple[int, ImageInfo]]:
+    """(position from 1, info) for each of the row's images whose error is `error_code`."""
+    for position, info in enumerate(row.images, start=1):
+        if info.error_code == error_code:
+            yield position, info
+
+
+def numbered_media(row: RowResult, error_code: ImageError | None = None) -> Iterator[tuple[str, MediaInfo]]:
     """("video 2", info) for each of the row's videos and audio clips (numbered per kind), optionally
     only those with `error_code`."""
     seen: dict[str, int] = {}
@@ -102,14 +109,13 @@ class MissingImage(Rule):
     severity = Severity.ERROR
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        for position, info in enumerate(row.images, start=1):
-            if info.error_code == ImageError.MISSING:
-                yield self.finding(
-                    row,
-                    f"image {position} not found: {info.reference}",
-                    "restore the file, fix the path, or pass --image-root",
-                )
-        for label, info in numbered_media(row, "missing"):
+        for position, info in numbered_images(row, ImageError.MISSING):
+            yield self.finding(
+                row,
+                f"image {position} not found: {info.reference}",
+                "restore the file, fix the path, or pass --image-root",
+            )
+        for label, info in numbered_media(row, ImageError.MISSING):
             yield self.finding(
                 row,
                 f"{label} not found: {info.error}" if info.frames else f"{label} not found: {info.reference}",
@@ -147,15 +153,14 @@ class ImageOutsideRoot(Rule):
                     problem.message,
                     "copy the file into the dataset folder instead of linking it, or pass --allow-outside-root",
                 )
-        for position, info in enumerate(row.images, start=1):
-            if info.error_code == ImageError.OUTSIDE:
-                yield self.finding(
-                    row,
-                    f"image {position} ({info.reference}) is not read: {info.error}",
-                    "copy the image into the dataset folder, pass --image-root with a folder that "
-                    "holds it, or pass --allow-outside-root",
-                )
-        for label, info in numbered_media(row, "outside"):
+        for position, info in numbered_images(row, ImageError.OUTSIDE):
+            yield self.finding(
+                row,
+                f"image {position} ({info.reference}) is not read: {info.error}",
+                "copy the image into the dataset folder, pass --image-root with a folder that "
+                "holds it, or pass --allow-outside-root",
+            )
+        for label, info in numbered_media(row, ImageError.OUTSIDE):
             yield self.finding(
                 row,
                 f"{label} ({info.reference}) is not read: {info.error}",
@@ -183,14 +188,13 @@ class RemoteImage(Rule):
     severity = Severity.WARNING
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        for position, info in enumerate(row.images, start=1):
-            if info.error_code == ImageError.REMOTE:
-                yield self.finding(
-                    row,
-                    f"image {position} is a URL, not fetched unless --allow-remote: {info.reference}",
-                    "download the image and reference the local file, or pass --allow-remote",
-                )
-        for label, info in numbered_media(row, "remote"):
+        for position, info in numbered_images(row, ImageError.REMOTE):
+            yield self.finding(
+                row,
+                f"image {position} is a URL, not fetched unless --allow-remote: {info.reference}",
+                "download the image and reference the local file, or pass --allow-remote",
+            )
+        for label, info in numbered_media(row, ImageError.REMOTE):
             if info.frames:  # a frame of a frame-list video: an image URL (fetched with --allow-remote)
                 message = f"{label}: {info.error}"
                 fix = "download the frames and reference the local files, or pass --allow-remote"

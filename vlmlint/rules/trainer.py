@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
-from vlmlint.records import Finding, RowResult, Severity
+from vlmlint.records import Finding, RowResult, Severity, TrainerFate
 from vlmlint.rules.base import Rule, RuleContext
 
 
-def _fate(row: RowResult, status: str):
-    fate = row.trainer
-    return fate if fate is not None and getattr(fate, "status", None) == status else None
+class _ReportsFate:
+    """A rule that reports the row's trainer fate of one status, in the trainer's own words."""
+
+    status: ClassVar[str]
+
+    def wanted(self, fate: TrainerFate) -> bool:
+        return True
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        fate = row.trainer
+        if fate is not None and getattr(fate, "status", None) == self.status and self.wanted(fate):
+            yield self.finding(row, f"{fate.trainer}: {fate.reason}", fate.fix)
 
 
-class TrainerCrash(Rule):
+class TrainerCrash(_ReportsFate, Rule):
     """The trainer's truncation cuts through an image's tokens: training crashes on this row.
 
     **Why**: a trainer that cuts a long row at its length limit (LLaMA-Factory's cutoff_len, ms-swift's
@@ -31,13 +41,10 @@ class TrainerCrash(Rule):
     code = "VLM601"
     name = "trainer-crash"
     severity = Severity.ERROR
-
-    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        if fate := _fate(row, "crash"):
-            yield self.finding(row, f"{fate.trainer}: {fate.reason}", fate.fix)
+    status = "crash"
 
 
-class TrainerTruncatesAnswer(Rule):
+class TrainerTruncatesAnswer(_ReportsFate, Rule):
     """The trainer's truncation cuts trained-on answer tokens from this row.
 
     **Why**: the row trains, but on part of its answer: the labels past the cut are lost silently, and
@@ -52,13 +59,13 @@ class TrainerTruncatesAnswer(Rule):
     code = "VLM602"
     name = "trainer-truncates-answer"
     severity = Severity.WARNING
+    status = "truncated"
 
-    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        if (fate := _fate(row, "truncated")) and fate.answer_tokens_lost:
-            yield self.finding(row, f"{fate.trainer}: {fate.reason}", fate.fix)
+    def wanted(self, fate: TrainerFate) -> bool:
+        return bool(fate.answer_tokens_lost)
 
 
-class TrainerDropsRow(Rule):
+class TrainerDropsRow(_ReportsFate, Rule):
     """The trainer drops this row before training (too long for its limit or its packing).
 
     **Why**: the row never trains, and the dataset is smaller than it looks (ms-swift's
@@ -73,13 +80,10 @@ class TrainerDropsRow(Rule):
     code = "VLM603"
     name = "trainer-drops-row"
     severity = Severity.WARNING
-
-    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        if fate := _fate(row, "dropped"):
-            yield self.finding(row, f"{fate.trainer}: {fate.reason}", fate.fix)
+    status = "dropped"
 
 
-class TrainerRaises(Rule):
+class TrainerRaises(_ReportsFate, Rule):
     """The trainer raises an error on this row: the run stops.
 
     **Why**: some trainers refuse an over-long row instead of cutting it (ms-swift's
@@ -94,7 +98,4 @@ class TrainerRaises(Rule):
     code = "VLM604"
     name = "trainer-raises"
     severity = Severity.ERROR
-
-    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
-        if fate := _fate(row, "raise"):
-            yield self.finding(row, f"{fate.trainer}: {fate.reason}", fate.fix)
+    status = "raise"
