@@ -104,18 +104,7 @@ class ArrayElementLines:
         pos, end, counted = 0, len(chunk), 0
         while pos < end:
             if self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                    pos += 1
-                    continue
-                pos = _STRING_BODY.match(chunk, pos).end()
-                if pos == end:
-                    break
-                if chunk[pos] == _QUOTE:
-                    self._in_string = False
-                else:  # a backslash as the chunk's last byte: its escaped byte opens the next chunk
-                    self._escaped = True
-                pos += 1
+                pos = self._string_step(chunk, pos, end)
                 continue
             if self._depth == 1:
                 pos = _BLANK.match(chunk, pos).end()
@@ -159,6 +148,23 @@ class ArrayElementLines:
                 self._depth = max(0, self._depth - 1)
         self._line += chunk.count(b"\n", counted)
         self._offset += end
+        self._check_cut(end)
+
+    def _string_step(self, chunk: bytes, pos: int, end: int) -> int:
+        """Inside a string: the position past its closing quote, or `end` when the chunk ends first."""
+        if self._escaped:
+            self._escaped = False
+            return pos + 1
+        pos = _STRING_BODY.match(chunk, pos).end()
+        if pos == end:
+            return end
+        if chunk[pos] == _QUOTE:
+            self._in_string = False
+        else:  # a backslash as the chunk's last byte: its escaped byte opens the next chunk
+            self._escaped = True
+        return pos + 1
+
+    def _check_cut(self, end: int) -> None:
         # Strings and elements that the chunk cuts (those within a chunk are at most its 64 KiB).
         if self._in_string and self._offset - self._string_start > MAX_STRING_BYTES:
             raise ElementLimit(f"a string is longer than {MAX_STRING_BYTES // 2**20} MiB", end)

@@ -228,6 +228,29 @@ def _pax_records(body: bytes) -> dict[bytes, bytes]:
     return records
 
 
+@dataclass
+class _Meta:
+    """What long-name and pax headers said about the next member, and why it cannot be used."""
+
+    long_name: str | None = None
+    pax: dict[bytes, bytes] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def _header_size(block: bytes, at: int) -> int:
+    """A header block's size field, checked with its checksum (_Damage when it is not a tar header)."""
+    try:
+        if not _checksum_ok(block):
+            raise ValueError
+        size = _number(block[124:136])
+    except ValueError:
+        where = "it is not a tar file" if at == 0 else f"byte {at:,} is not a valid tar header"
+        raise _Damage(f"{where} (truncated or not a tar file?)") from None
+    if size < 0:
+        raise _Damage(f"the header at byte {at:,} declares a negative size")
+    return size
+
+
 class _Tar:
     """A tar read header by header (ustar, GNU and pax), without tarfile: see the module docstring."""
 
@@ -264,88 +287,95 @@ class _Tar:
         self.pending, self.pending_what = _padded(size) - size, what
         return data
 
-    def entries(self) -> Iterator[_Entry]:
-        long_name: str | None = None
-        pax: dict[bytes, bytes] = {}
-        problem: str | None = None
-        headers = 0
-        while True:
-            self._pass_pending()
-            at = self.stream.offset
-            block = self.stream.read(_BLOCK)
-            if not block:
-                if at == 0:
-                    raise _Damage("the file is empty")
-                return  # ends without the two zero blocks: tarfile accepts that too
-            if len(block) < _BLOCK:
-                raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
-            if block == _ZEROS:
-                return  # the end-of-archive marker
-            headers += 1
-            if headers > MAX_SHARD_MEMBERS:
-                raise _Damage(f"it has more than {MAX_SHARD_MEMBERS:,} members; the rest is not read")
+    def _next_block(self, headers: int) -> tuple[int, bytes] | None:
+        """The next header block and its offset; None at the end of the archive."""
+        self._pass_pending()
+        at = self.stream.offset
+        block = self.stream.read(_BLOCK)
+        if not block:
+            if at == 0:
+                raise _Damage("the file is empty")
+            return None  # ends without the two zero blocks: tarfile accepts that too
+        if len(block) < _BLOCK:
+            raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
+        if block == _ZEROS:
+            return None  # the end-of-archive marker
+        if headers + 1 > MAX_SHARD_MEMBERS:
+            raise _Damage(f"it has more than {MAX_SHARD_MEMBERS:,} members; the rest is not read")
+        return at, block
+
+    def _meta_header(self, kind: bytes, size: int, meta: _Meta) -> None:
+        """A long-name, pax or global header: what it says goes into `meta` for the next member."""
+        what = f"a {_HEADERS[kind]} header of {size:,} bytes"
+        self.pending, self.pending_what = _padded(size), what
+        if kind == b"g":
+            return  # global settings: nothing vlmlint uses
+        if size > MAX_HEADER_BYTES:
+            meta.problem = (
+                f"its {_HEADERS[kind]} header is {size:,} bytes, above {MAX_HEADER_BYTES:,}: not read"
+            )
+            return
+        self.pending = 0
+        data = self._header_body(size, what)
+        if kind == b"L":
+            meta.long_name = _text(data)
+        elif kind == b"x":
             try:
-                if not _checksum_ok(block):
-                    raise ValueError
-                size = _number(block[124:136])
-            except ValueError:
-                where = "it is not a tar file" if at == 0 else f"byte {at:,} is not a valid tar header"
-                raise _Damage(f"{where} (truncated or not a tar file?)") from None
+                meta.pax = _pax_records(data)
+                if b"size" in meta.pax and not meta.pax[b"size"].isdigit():
+                    raise ValueError("its size is not a number")
+            except ValueError as exc:
+                meta.pax, meta.problem = {}, f"its pax header is malformed ({exc}): not read"
+
+    def _skip_sparse_map(self, at: int) -> None:
+        """More of a GNU sparse map follows in extension blocks: pass them."""
+        while True:
+            extension = self.stream.read(_BLOCK)
+            if len(extension) < _BLOCK:
+                raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
+            if not extension[504]:
+                return
+
+    def _regular(self, block: bytes, at: int, name: str, size: int, meta: _Meta) -> _Entry:
+        kind, pax = block[156:157], meta.pax
+        sparse = kind == b"S" or bool(pax) and any(key.startswith(b"GNU.sparse.") for key in pax)
+        if kind == b"S" and block[482]:
+            self._skip_sparse_map(at)
+        if b"path" in pax:
+            name = pax[b"path"].decode("utf-8", errors="backslashreplace")
+        elif b"GNU.sparse.name" in pax:
+            name = pax[b"GNU.sparse.name"].decode("utf-8", errors="backslashreplace")
+        elif meta.long_name is not None:
+            name = meta.long_name
+        if b"size" in pax:
+            size = int(pax[b"size"])
+        problem = meta.problem
+        if sparse and problem is None:
+            problem = "it is a sparse file (tar --sparse), which vlmlint does not read"
+        self.pending, self.pending_what = _padded(size), f"member {name}"
+        self.pending_member = name
+        return _Entry(name, size, problem)
+
+    def entries(self) -> Iterator[_Entry]:
+        meta = _Meta()
+        headers = 0
+        while (found := self._next_block(headers)) is not None:
+            at, block = found
+            headers += 1
+            size = _header_size(block, at)
             kind = block[156:157]
-            if size < 0:
-                raise _Damage(f"the header at byte {at:,} declares a negative size")
             name = _text(block[:100])
             prefix = _text(block[345:500]) if block[257:263] == b"ustar\0" else ""
             if prefix and kind not in (b"L", b"K", b"S"):
                 name = f"{prefix}/{name}"
             if kind in _HEADERS:
-                what = f"a {_HEADERS[kind]} header of {size:,} bytes"
-                self.pending, self.pending_what = _padded(size), what
-                if kind == b"g":
-                    continue  # global settings: nothing vlmlint uses
-                if size > MAX_HEADER_BYTES:
-                    problem = (
-                        f"its {_HEADERS[kind]} header is {size:,} bytes, above {MAX_HEADER_BYTES:,}: not read"
-                    )
-                    continue
-                self.pending = 0
-                data = self._header_body(size, what)
-                if kind == b"L":
-                    long_name = _text(data)
-                elif kind == b"x":
-                    try:
-                        pax = _pax_records(data)
-                        if b"size" in pax and not pax[b"size"].isdigit():
-                            raise ValueError("its size is not a number")
-                    except ValueError as exc:
-                        pax, problem = {}, f"its pax header is malformed ({exc}): not read"
+                self._meta_header(kind, size, meta)
                 continue
             if kind in _REGULAR:
-                sparse = kind == b"S" or bool(pax) and any(key.startswith(b"GNU.sparse.") for key in pax)
-                if kind == b"S" and block[482]:  # more of the sparse map follows in extension blocks
-                    while True:
-                        extension = self.stream.read(_BLOCK)
-                        if len(extension) < _BLOCK:
-                            raise _Damage(f"the shard is truncated: it ends inside the header at byte {at:,}")
-                        if not extension[504]:
-                            break
-                if b"path" in pax:
-                    name = pax[b"path"].decode("utf-8", errors="backslashreplace")
-                elif b"GNU.sparse.name" in pax:
-                    name = pax[b"GNU.sparse.name"].decode("utf-8", errors="backslashreplace")
-                elif long_name is not None:
-                    name = long_name
-                if b"size" in pax:
-                    size = int(pax[b"size"])
-                if sparse and problem is None:
-                    problem = "it is a sparse file (tar --sparse), which vlmlint does not read"
-                entry = _Entry(name, size, problem)
-                self.pending, self.pending_what = _padded(size), f"member {name}"
-                self.pending_member = name
-                yield entry
+                yield self._regular(block, at, name, size, meta)
             elif kind not in _NO_BODY:
                 self.pending, self.pending_what = _padded(size), f"the member at byte {at:,}"
-            long_name, pax, problem = None, {}, None
+            meta = _Meta()
 
 
 @dataclass
