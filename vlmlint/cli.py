@@ -10,7 +10,6 @@ import io
 import os
 import sys
 import typing
-from dataclasses import replace
 from enum import Enum
 from types import SimpleNamespace
 from typing import Annotated
@@ -18,9 +17,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from vlmlint.version import __version__
 from vlmlint.report.formats import FORMAT_NAMES
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
+from vlmlint.version import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # interrupted: a partial report marked incomplete was written
@@ -85,6 +84,28 @@ def _progress(enabled: bool):
         transient=True,
         disable=not enabled,
     )
+
+
+class _Bar:
+    """A session's progress on the bar above (one task per dataset)."""
+
+    def __init__(self, enabled: bool, verb: str, escape: bool = True) -> None:
+        self.progress = _progress(enabled)
+        self.verb, self.escape, self.task = verb, escape, None
+
+    def __enter__(self) -> _Bar:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def start(self, dataset: str) -> None:
+        text = f"{self.verb} {dataset}"
+        self.task = self.progress.add_task(_escaped_markup(text) if self.escape else text, total=None)
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
 
 
 @app.command()
@@ -254,159 +275,58 @@ def scan(
 
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
-    from vlmlint.checkpoint import Position
-    from vlmlint.engine import ResumeMismatch, Scanner
-    from vlmlint.models import ModelError
-    from vlmlint.readers import DatasetError
-    from vlmlint.report import Summary, row_record
+    flags = _flags(locals())
+    from vlmlint.report import row_record
+    from vlmlint.session import ScanSession, SessionError, Terminated, signal_exit, signal_name, signals_raise
 
-    flags = {
-        "model": model,
-        "layout": layout,
-        "image_root": image_root,
-        "split": split,
-        "streaming": streaming,
-        "max_length": max_length,
-        "truncation_side": truncation_side,
-        "exact": exact,
-        "use_chat_template": chat_template,
-        "add_generation_prompt": add_generation_prompt,
-        "trust_remote_code": trust_remote_code,
-        "allow_remote": allow_remote,
-        "allow_outside_root": allow_outside_root,
-        "select": select,
-        "ignore": ignore,
-        "fail_on": fail_on.value if fail_on else None,
-        "thresholds": _parse_thresholds(threshold),
-        "jobs": jobs,
-        "pipeline": pipeline,
-        "pipeline_options": _parse_pipeline_options(pipeline_option),
-        "dataset_name": dataset_name,
-    }
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
     for option, target in (("--report", report), ("--write-baseline", write_baseline)):
         _check_target(option, target)  # a folder or a missing folder: refused before hours of scanning
-    exact = config.exact
-    from vlmlint.pipelines import PipelineError
-
+    session = ScanSession(config, datasets, baseline=baseline, verify=verify, resume=resume, say=_say)
     try:
-        scanner = Scanner(config)
-    except (ModelError, PipelineError) as exc:
+        session.load(engine.value, ray_address, notice=None if quiet else _say)
+    except SessionError as exc:
         raise _fail(str(exc)) from None
-    except Exception as exc:  # a bug or an unexpected processor file: still exit 2, with one clear line
-        raise _fail(f"internal error while loading {config.model}: {type(exc).__name__}: {exc}") from None
-    from vlmlint.verify import Verifier
-
-    if scanner.model.notice and not quiet:
-        _say(f"vlmlint: {scanner.model.notice}")
-    if engine is Engine.ray:  # the same scan as a Ray Data job; a Ray it starts stops at exit
-        from vlmlint.ray_engine import RayScanner, RayUnavailable
-
-        try:
-            scanner = RayScanner(scanner, ray_address)
-        except RayUnavailable as exc:
-            raise _fail(str(exc)) from None
-
     stdout = _OutputFile(output) if output else sys.stdout
     pipe_closed = False  # the reader of stdout went away (`| head`): nothing more is written there
-    summary = Summary()
-    unreadable: list[str] = []  # datasets of a multi-dataset scan that could not be opened
-    # --exact already is the real image processor, and so is the fallback for every row
-    verifier = Verifier(0 if exact or not scanner.family.header_formula else verify)
-    show_progress = not quiet and sys.stderr.isatty()
-    interrupted: str | None = None  # SIGINT or SIGTERM: the report is partial, marked incomplete
-    checkpoint, start = _open_checkpoint(resume, datasets, config, scanner, summary)
-    finished = False  # the scan ran to its end (a checkpoint is then removed)
+
+    def on_outcome(outcome) -> None:
+        nonlocal pipe_closed
+        if output_format.value == "jsonl" and not pipe_closed:
+            try:
+                if all_rows:
+                    stdout.write(dumps_line(row_record(outcome)))
+                else:
+                    for finding in outcome.findings:
+                        stdout.write(dumps_line(finding.to_dict()))
+            except BrokenPipeError:  # `| head`: the scan goes on for the exit code
+                pipe_closed = _silence(stdout)
+
     try:
-        with _progress(show_progress) as progress, _signals_raise():
-            for index, dataset in enumerate(datasets):  # one model, one summary: one report for all
-                if index < start.dataset_index:
-                    continue  # done before the interruption (--resume)
-                task = progress.add_task(_escaped_markup(f"scanning {dataset}"), total=None)
-                rows = start.rows if index == start.dataset_index else 0
-                try:
-                    for outcome in scanner.scan(dataset, skip=rows):
-                        if baseline is not None and outcome.findings:
-                            outcome = replace(outcome, findings=baseline.filter(outcome.findings))
-                        summary.add(outcome)
-                        verifier.offer(outcome)
-                        progress.advance(task)
-                        rows += 1
-                        if checkpoint is not None:
-                            checkpoint.record(outcome.findings)
-                            checkpoint.maybe_save(summary, Position(index, rows))
-                        if output_format.value == "jsonl" and not pipe_closed:
-                            try:
-                                if all_rows:
-                                    stdout.write(dumps_line(row_record(outcome)))
-                                else:
-                                    for finding in outcome.findings:
-                                        stdout.write(dumps_line(finding.to_dict()))
-                            except BrokenPipeError:  # `| head`: the scan goes on for the exit code
-                                pipe_closed = _silence(stdout)
-                except DatasetError as exc:
-                    if len(datasets) == 1:
-                        raise
-                    # Why go on: a pre-commit run should still report the other files' rows.
-                    unreadable.append(dataset)
-                    _say(f"vlmlint: skipped: {exc}")
-                if checkpoint is not None:
-                    checkpoint.maybe_save(summary, Position(index + 1, 0), force=True)
-        if verifier.size:
-            checked, disagreements = verifier.run(scanner)
-            kept = [
-                (row, finding)
-                for row, finding in disagreements
-                if scanner.keep(finding) and not (baseline and baseline.suppresses(finding))
-            ]
-            summary.add_verification(checked, kept)
-        finished = True
-    except DatasetError as exc:
+        result = session.run(_Bar(not quiet and sys.stderr.isatty(), "scanning"), on_outcome)
+    except SessionError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
-    except ResumeMismatch as exc:  # the checkpoint's row count is beyond the dataset's end
-        _discard(stdout)
-        raise _fail(f"{exc}; delete {resume} and {resume}.findings to start over") from None
-    except (KeyboardInterrupt, _Terminated) as exc:
-        # Why not just exit: hours of scanning are worth a partial report (rows so far, marked incomplete).
-        interrupted = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
-        _say(f"vlmlint: interrupted ({interrupted}) after {summary.samples} rows; writing a partial report")
-    except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
-        _discard(stdout)
-        raise _fail(f"internal error: {type(exc).__name__}: {exc}") from None
-    finally:
-        if checkpoint is not None:  # the last periodic save stays for --resume if the scan stopped
-            checkpoint.close()
-    if checkpoint is not None and (start.dataset_index or start.rows):
-        _say(
-            f"vlmlint: resumed from {resume}: {start.rows} row(s) of dataset {start.dataset_index + 1} "
-            f"and {start.dataset_index} earlier dataset(s) were counted before the interruption"
-        )
     try:  # a signal while the report is written: exit 130/143, and no report file half written
-        with _signals_raise():
+        with signals_raise():
             _write_reports(
-                stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
-                output_format, all_rows, table_rows, pipe_closed,
+                stdout, result.summary, session.scanner, config, datasets, result.unreadable,
+                result.interrupted, baseline, report, output_format, all_rows, table_rows, pipe_closed,
             )  # fmt: skip
-    except (KeyboardInterrupt, _Terminated) as exc:
-        name = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
+    except (KeyboardInterrupt, Terminated) as exc:
+        name = signal_name(exc)
         _say(f"vlmlint: interrupted ({name}) while writing the report; no report written")
-        raise typer.Exit(EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM) from None
+        raise typer.Exit(signal_exit(name)) from None
     finally:
         _discard(stdout)  # nothing left behind when the report was not committed
-    if checkpoint is not None and finished and not interrupted and not unreadable:
-        checkpoint.remove()  # after the report: it read the findings restored from the checkpoint
-    if interrupted:  # the shell's convention: 128 + the signal's number
-        raise typer.Exit(EXIT_SIGINT if interrupted == "SIGINT" else EXIT_SIGTERM)
-    if unreadable:
-        raise _fail(
-            f"{len(unreadable)} of {len(datasets)} datasets could not be read: {', '.join(unreadable)}"
-        )
-    if write_baseline:  # after the unreadable check: an incomplete scan never becomes a baseline
-        _write_baseline(write_baseline, summary.findings)
+    session.finish(result)  # after the report: it read the findings restored from the checkpoint
+    if result.error and not result.interrupted:
+        raise _fail(result.error)
+    if write_baseline and not result.interrupted:  # never an incomplete scan as a baseline
+        _write_baseline(write_baseline, result.summary.findings)
         raise typer.Exit(EXIT_CLEAN)
-    raise typer.Exit(EXIT_FINDINGS if summary.failing(config.fail_on) else EXIT_CLEAN)
+    raise typer.Exit(result.exit_code)
 
 
 def _write_reports(
@@ -414,9 +334,9 @@ def _write_reports(
     output_format, all_rows, table_rows, pipe_closed,
 ) -> None:  # fmt: skip
     """The report on stdout (or -o) and in --report FILE; exit 2 on a target that cannot be written."""
+    from vlmlint.fileio import OutputError
     from vlmlint.report import build_report, write_report_file
     from vlmlint.report.json_report import settings_record
-    from vlmlint.report.output import OutputError
 
     settings = settings_record(config, scanner.context.max_length)
     if len(datasets) > 1:  # "dataset" stays the first one's, as with one dataset
@@ -505,45 +425,6 @@ def _render(stdout, output_format, full_report, summary, scanner, config, table_
             raise _fail(f"internal error writing {output_format}: {type(exc).__name__}: {exc}") from None
 
 
-def _open_checkpoint(resume, datasets, config, scanner, summary):
-    """--resume FILE: the checkpoint and where to start; (None, start) without it; exit 2 on a bad file."""
-    from vlmlint.checkpoint import Checkpoint, CheckpointError, Position, scan_key
-    from vlmlint.report.json_report import settings_record
-
-    if not resume:
-        return None, Position(0, 0)
-    settings = settings_record(config, scanner.context.max_length)
-    key = scan_key(datasets, settings, scanner.model.describe())
-    checkpoint = Checkpoint(resume, key)
-    try:
-        return checkpoint, checkpoint.resume(summary, datasets=len(datasets))
-    except CheckpointError as exc:
-        raise _fail(str(exc)) from None
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread as KeyboardInterrupt is for SIGINT."""
-
-
-@contextlib.contextmanager
-def _signals_raise():
-    """While scanning, SIGTERM raises _Terminated (CI runners and `timeout` send it before killing)."""
-    import signal
-
-    def terminate(signum, frame):
-        raise _Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (a test runner's worker thread): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class _OutputFile:
     """`-o FILE`: the report goes to a temporary file beside FILE, renamed into place when complete.
 
@@ -553,7 +434,7 @@ class _OutputFile:
     """
 
     def __init__(self, path: str) -> None:
-        from vlmlint.report.output import OutputError, check_target, open_special
+        from vlmlint.fileio import OutputError, check_target, open_special
 
         self.path = path
         self.temporary: str | None = None
@@ -573,7 +454,7 @@ class _OutputFile:
 
     def _open(self):
         if self.stream is None:
-            from vlmlint.report.output import open_temporary
+            from vlmlint.fileio import open_temporary
 
             handle, self.temporary = open_temporary(self.path)
             self.stream = open(handle, "w", encoding="utf-8", errors="backslashreplace", closefd=True)  # noqa: SIM115
@@ -616,7 +497,7 @@ def _discard(stdout) -> None:
 
 def _check_target(option: str, path: str | None) -> None:
     """Refuse, before the scan, an output path that can never be written (a folder, no such folder)."""
-    from vlmlint.report.output import OutputError, check_target
+    from vlmlint.fileio import OutputError, check_target
 
     if path:
         try:
@@ -697,6 +578,42 @@ def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
     return parsed
 
 
+# The parameters of scan, stats and config that are settings: parameter -> ScanConfig field, and how
+# the flag's value becomes the setting's (a command lacking one gives None: the file's or the default).
+_FLAG_SETTINGS: dict[str, tuple[str, typing.Callable | None]] = {
+    "model": ("model", None),
+    "layout": ("layout", None),
+    "image_root": ("image_root", None),
+    "split": ("split", None),
+    "streaming": ("streaming", None),
+    "max_length": ("max_length", None),
+    "truncation_side": ("truncation_side", None),
+    "exact": ("exact", None),
+    "chat_template": ("use_chat_template", None),
+    "add_generation_prompt": ("add_generation_prompt", None),
+    "trust_remote_code": ("trust_remote_code", None),
+    "allow_remote": ("allow_remote", None),
+    "allow_outside_root": ("allow_outside_root", None),
+    "select": ("select", None),
+    "ignore": ("ignore", None),
+    "fail_on": ("fail_on", lambda level: level.value),
+    "threshold": ("thresholds", lambda values: _parse_thresholds(values)),
+    "jobs": ("jobs", None),
+    "pipeline": ("pipeline", None),
+    "pipeline_option": ("pipeline_options", lambda values: _parse_pipeline_options(values)),
+    "dataset_name": ("dataset_name", None),
+}
+
+
+def _flags(params: dict) -> dict:
+    """A command's parameters as the flags build_config merges (None: the flag was not given)."""
+    flags = {}
+    for param, (name, parse) in _FLAG_SETTINGS.items():
+        value = params.get(param)
+        flags[name] = parse(value) if parse is not None and value is not None else value
+    return flags
+
+
 def _load_config(dataset: str, flags: dict, config_file: str | None, defaults: dict | None = None):
     """Defaults < [tool.vlmlint] / vlmlint.toml < flags; a bad file or value exits 2.
 
@@ -746,7 +663,7 @@ def _load_baseline(path: str | None, write_path: str | None):
 
 def _write_baseline(path: str, findings) -> None:
     from vlmlint.baseline import write_baseline
-    from vlmlint.report.output import OutputError
+    from vlmlint.fileio import OutputError
 
     try:
         written = write_baseline(path, findings)
@@ -797,41 +714,26 @@ def stats(
 ) -> None:
     """Histograms and percentiles of sequence lengths and image tokens, and the --max-length and image
     setting (Qwen-VL max_pixels, Idefics3 size.longest_edge) that keep 100% / 99.9% / 99% of rows."""
-    from vlmlint.engine import Scanner
+    flags = _flags(locals())
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
+    from vlmlint.session import SessionError, load_scanner
     from vlmlint.stats import StatsCollector
 
-    flags = {
-        "model": model,
-        "layout": layout,
-        "image_root": image_root,
-        "split": split,
-        "streaming": streaming,
-        "max_length": max_length,
-        "exact": exact,
-        "use_chat_template": chat_template,
-        "add_generation_prompt": add_generation_prompt,
-        "trust_remote_code": trust_remote_code,
-        "allow_remote": allow_remote,
-        "allow_outside_root": allow_outside_root,
-    }
     config = _load_config(dataset, flags, config_file)
     try:
-        scanner = Scanner(config, rules=())  # counts only: no rule runs
-    except ModelError as exc:
+        scanner = load_scanner(config, rules=(), errors=(ModelError,))  # counts only: no rule runs
+    except SessionError as exc:
         raise _fail(str(exc)) from None
-    except Exception as exc:
-        raise _fail(f"internal error while loading {config.model}: {type(exc).__name__}: {exc}") from None
     if scanner.model.notice and not quiet:
         _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
     try:
         collector = StatsCollector(scanner, dataset)
-        with _progress(not quiet and sys.stderr.isatty()) as progress:
-            task = progress.add_task(f"counting {dataset}", total=None)
+        with _Bar(not quiet and sys.stderr.isatty(), "counting", escape=False) as progress:
+            progress.start(dataset)
             for outcome in scanner.scan():
                 collector.add(outcome)
-                progress.advance(task)
+                progress.advance()
         result = collector.result()
     except DatasetError as exc:
         raise _fail(str(exc)) from None
@@ -900,24 +802,11 @@ def show_config(
 
     A config file found by search is refused as scan refuses it when it relaxes safety.
     """
+    flags = _flags(locals())
     from dataclasses import fields
 
     from vlmlint.config import THRESHOLDS, ScanConfig
 
-    flags = {
-        "model": model,
-        "max_length": max_length,
-        "truncation_side": truncation_side,
-        "select": select,
-        "ignore": ignore,
-        "fail_on": fail_on.value if fail_on else None,
-        "thresholds": _parse_thresholds(threshold),
-        "image_root": image_root,
-        "jobs": jobs,
-        "trust_remote_code": trust_remote_code,
-        "allow_remote": allow_remote,
-        "allow_outside_root": allow_outside_root,
-    }
     config, path, settings = _config_with_sources(".", flags, config_file)
 
     def origin(key: str, from_file: dict, from_flags: dict) -> str:
