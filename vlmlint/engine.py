@@ -23,7 +23,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
-from vlmlint.readers import RowBatch, iter_samples
+from vlmlint.readers import ReadOptions, RowBatch, read_dataset
 from vlmlint.records import (
     IMAGE_PLACEHOLDER,
     Finding,
@@ -744,17 +744,9 @@ class Scanner:
         """
         config = self.config
         jobs = config.jobs or self.default_jobs()
-        units = iter_samples(
-            config.dataset if dataset is None else dataset,
-            layout=config.layout,
-            image_root=config.image_root,
-            split=config.split,
-            streaming=config.streaming,
-            allow_outside_root=config.allow_outside_root,
-            dataset_name=config.dataset_name,
-            # Rows travel to worker processes unparsed (readers/batches.py): each parses its own.
-            batch_rows=config.batch_size if jobs > 1 else 0,
-        )
+        # Rows travel to worker processes unparsed (readers/batches.py): each parses its own.
+        options = ReadOptions.from_config(config, batch_rows=config.batch_size if jobs > 1 else 0)
+        units = read_dataset(config.dataset if dataset is None else dataset, options)
         for rule in self.rules:
             rule.reset()
         if skip:

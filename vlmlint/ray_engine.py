@@ -4,7 +4,7 @@ vlmlint schedules nothing itself. The dataset is cut into parts: each file of a 
 of dataset files (JSONL, JSON, parquet, arrow, webdataset tar shards), else the dataset whole. Two
 Ray Data stages follow:
 
-1. read (tasks): each part goes through the local readers (`iter_samples`), so every row reaches
+1. read (tasks): each part goes through the local readers (`read_dataset`), so every row reaches
    `row_to_sample` exactly as in a local scan; samples travel pickled, numbered (part, position);
 2. check (`map_batches` with a callable class, an actor pool): each actor loads the model once and
    runs `Scanner.scan_samples` on its batches with the rules that look at one row at a time.
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from vlmlint.readers import DatasetError, iter_samples
+from vlmlint.readers import DatasetError, ReadOptions, check_options, dataset_parts, read_dataset
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
@@ -65,7 +65,7 @@ class _Reading:
 
     parts: tuple[str, ...]  # as the driver names them
     cwd: str
-    settings: dict[str, Any]  # iter_samples' keyword arguments
+    options: ReadOptions  # image_root made absolute: the driver's folder
     batch_size: int
 
     def opened(self, part: str) -> str:
@@ -73,42 +73,12 @@ class _Reading:
         return absolute if os.path.exists(absolute) else part  # a hub id or a pattern's missing shard
 
 
-def reader_settings(config: Any) -> dict[str, Any]:
-    """iter_samples' keyword arguments from the config, as Scanner.scan passes them (same names)."""
-    import inspect
-
-    names = set(inspect.signature(iter_samples).parameters) - {"target", "rel"}
-    settings = {name: getattr(config, name) for name in sorted(names) if hasattr(config, name)}
-    if settings.get("image_root"):
-        settings["image_root"] = os.path.abspath(settings["image_root"])  # the driver's folder
-    return settings
-
-
-def dataset_parts(target: str) -> list[str]:
-    """Parts whose samples, read one after the other, are the samples of `target` (in order).
-
-    Files of a pattern, or of a folder of dataset files or shards, are parts of their own so that
-    they are read in parallel; anything else (save_to_disk, imagefolder, sidecar folders, hub ids) is
-    read whole. A folder whose files include a symlink out of it is read whole too, so that the
-    readers' own check of such files applies unchanged.
-    """
-    from vlmlint.readers import _dataset_files, _shard_files, is_saved_dataset, pattern_files
-    from vlmlint.readers.folder import has_metadata
-    from vlmlint.readers.webdataset import is_shard_pattern
-
-    if os.path.isfile(target):
-        return [target]
-    if os.path.isdir(target):
-        if is_saved_dataset(target) or has_metadata(target):
-            return [target]
-        files = _dataset_files(target) or _shard_files(target)
-        root = os.path.realpath(target)
-        if files and all(os.path.realpath(path).startswith(root + os.sep) for path in files):
-            return files
-        return [target]
-    if is_shard_pattern(target):
-        return pattern_files(target)
-    return [target]  # a hub id, or a missing path: the reader says which
+def read_options(config: Any) -> ReadOptions:
+    """The reader settings of the config, as Scanner.scan builds them, image_root in the driver's folder."""
+    options = ReadOptions.from_config(config)
+    if options.image_root:
+        options = replace(options, image_root=os.path.abspath(options.image_root))
+    return options
 
 
 def _pickled_error(exc: BaseException) -> bytes:
@@ -143,7 +113,7 @@ def _read_parts(batch: dict[str, Any], reading: _Reading) -> Iterator[Any]:
     for part in batch["part"].to_pylist():
         given = reading.parts[part]
         opened = reading.opened(given)
-        samples = iter_samples(opened, **reading.settings, rel=_Relabel(opened, given, reading.cwd))
+        samples = read_dataset(opened, replace(reading.options, rel=_Relabel(opened, given, reading.cwd)))
         pending: list[bytes] = []
         start = 0
         try:
@@ -283,15 +253,13 @@ class RayScanner:
         """
         config = self.local.config
         target = config.dataset if dataset is None else dataset
-        from vlmlint.readers import LAYOUTS
-
-        if config.layout is not None and config.layout not in LAYOUTS:
-            raise DatasetError(f"unknown layout {config.layout!r}; choose one of {', '.join(LAYOUTS)}")
-        parts = dataset_parts(target)  # a missing pattern file fails here, before Ray starts
+        options = read_options(config)
+        check_options(options)
+        parts = dataset_parts(target, options)  # a missing pattern file fails here, before Ray starts
         _import_ray()
-        return self._scan(parts, skip)
+        return self._scan(parts, options, skip)
 
-    def _scan(self, parts: list[str], skip: int) -> Iterator[RowOutcome]:
+    def _scan(self, parts: list[str], options: ReadOptions, skip: int) -> Iterator[RowOutcome]:
         from vlmlint.records import RowOutcome
         from vlmlint.runner import is_stateful
 
@@ -304,7 +272,7 @@ class RayScanner:
         for rule in stateful:
             rule.reset()
         cwd = os.getcwd()
-        reading = _Reading(tuple(parts), cwd, reader_settings(config), config.batch_size)
+        reading = _Reading(tuple(parts), cwd, options, config.batch_size)
         model = os.path.abspath(config.model) if os.path.isdir(config.model) else config.model
         # per-source-ignores match report paths against the working folder: the driver applies them.
         worker_config = replace(config, model=model, per_source_ignores={}, jobs=1)
