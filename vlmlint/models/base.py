@@ -24,9 +24,10 @@ the row's text is tokenized alone (when the model has a tokenizer), and its sett
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,49 @@ def processor_defaults(processor_class: type, processor_config: dict[str, Any]) 
 
 
 @dataclass(frozen=True)
+class Knob:
+    """One family's image-size setting, searched on its processor's grid of values (`vlmlint stats`)."""
+
+    name: str  # as written in the processor's config, e.g. "max_pixels"
+    current: int
+    step: int  # candidate values are the multiples of step
+    low: int  # the smallest candidate (a multiple of step)
+    settings_at: Callable[[int], Any] = field(repr=False)
+    # (height, width) -> (values at which this image's count may drop, the value from which it no
+    # longer changes). Between drops the count never decreases as the value grows.
+    shape: Callable[[int, int], tuple[tuple[int, ...], int]] = field(repr=False)
+    # True: every value above the saturation gives the same counts (Qwen-VL), so "fits there" means
+    # "fits at any larger value". False: the grid ends at the saturation (Idefics3's 4096 cap).
+    open_ended: bool
+    # True when only the image-token runs change with the knob (Qwen-VL): the text tokens stay.
+    # False: the expansion holds text that changes too (Idefics3's row/col markers), so the row is
+    # composed and tokenized again at each value tried.
+    text_unchanged: bool
+    grid: str  # the candidates, in words
+
+
+FIXED_SIZE = (
+    "image tokens per image are fixed by the processor's size, so there is no image-size knob; "
+    "only the max length is recommended"
+)
+NO_KNOB_KNOWN = "no image-size knob known for this family; only the max length is recommended"
+
+
+def no_knob(reason: str) -> Callable[[Any], str]:
+    """A size_knob hook for a family without an image-size knob: the sentence that says why."""
+    return functools.partial(_reason, reason)
+
+
+def _reason(reason: str, settings: Any) -> str:
+    return reason
+
+
+def image_processor_types(prefix: str) -> tuple[str, ...]:
+    """The slow, fast and PIL-backend image processor classes transformers names after one prefix."""
+    return (f"{prefix}ImageProcessor", f"{prefix}ImageProcessorFast", f"{prefix}ImageProcessorPil")
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     title: str
@@ -109,6 +153,24 @@ class Family:
     # The real-processor fallback: count_row(rendered, decoded images, placeholder, settings)
     # counts a whole row with the processor's own __call__ (no formula, no expansion).
     count_row: Callable[..., RowCount] | None = None
+    # `vlmlint stats`: settings -> the family's image-size Knob, or a sentence saying why there is none.
+    size_knob: Callable[[Any], Knob | str] | None = None
+    # Image and marker tokens of this family that users paste by hand besides its placeholder (start and
+    # end markers, soft tokens): plain text under another family's tokenizer, which the rules flag.
+    marker_tokens: tuple[str, ...] = ()
+    # Trainer templates per pipeline (e.g. {"llamafactory": ("llava",)}) that reproduce this family's
+    # processor; the first is the default unless choose_trainer_template picks another.
+    trainer_templates: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False, compare=False)
+    # (pipeline, model) -> the default template's name among trainer_templates[pipeline], or None.
+    choose_trainer_template: Callable[[str, Any], str | None] | None = None
+    # The processor needs each image's closing text (the text after its last token run) kept whole:
+    # it locates an image's replacement text by its first and last character (Idefics3).
+    checks_image_span: bool = False
+    # An image's grid -> how many full-size copies the model sees (Gemma 3's pan-and-scan crops); None: one.
+    resized_copies: Callable[[tuple[int, ...]], int] | None = None
+    # (height, width, area limit, settings) -> the fix hint for an image the processor shrinks by more
+    # than the limit, naming the family's setting; None (or a None result): the generic hints.
+    shrink_hint: Callable[[int, int, float, Any], str | None] | None = None
 
     def bound(self, settings: Any) -> Family:
         """This family with the placeholder its settings read from the processor, where they name one."""
@@ -187,12 +249,7 @@ def check_image_config(config: dict[str, Any]) -> None:
         if value is None:
             continue  # unset: the class default
         if key in _WHOLE_KEYS:
-            if isinstance(value, dict):
-                for edge, number in value.items():
-                    if edge in _EDGE_KEYS and number is not None:
-                        positive_int(number, f"{key}.{edge}")
-            else:
-                positive_int(value, key)
+            _check_whole(key, value)
         elif key in ("image_mean", "image_std"):
             numbers = value if isinstance(value, list) else [value]
             if len(numbers) not in (1, 3) or not all(_finite(n) for n in numbers):
@@ -204,19 +261,30 @@ def check_image_config(config: dict[str, Any]) -> None:
             if not _finite(value) or value <= 0:
                 raise CountError(f"{key} must be a finite number above 0, got {value!r}")
         elif key == "image_grid_pinpoints":
-            if not isinstance(value, list) or not value or len(value) > MAX_PINPOINTS:
-                raise CountError(
-                    f"image_grid_pinpoints must be a list of 1 to {MAX_PINPOINTS} [height, width] pairs"
-                )
-            for i, pair in enumerate(value):
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise CountError(
-                        f"image_grid_pinpoints[{i}] must be a [height, width] pair, got {pair!r}"
-                    )
-                for number in pair:
-                    positive_int(number, f"image_grid_pinpoints[{i}]")
+            _check_pinpoints(value)
         elif key.startswith("do_") and not isinstance(value, bool):
             raise CountError(f"{key} must be true or false, got {value!r}")
+
+
+def _check_whole(key: str, value: Any) -> None:
+    """A whole-number setting, or a dict of edges (size: {height, width, ...}) of whole numbers."""
+    if isinstance(value, dict):
+        for edge, number in value.items():
+            if edge in _EDGE_KEYS and number is not None:
+                positive_int(number, f"{key}.{edge}")
+    else:
+        positive_int(value, key)
+
+
+def _check_pinpoints(value: Any) -> None:
+    """LLaVA-NeXT's image_grid_pinpoints: 1 to MAX_PINPOINTS [height, width] pairs of whole numbers."""
+    if not isinstance(value, list) or not value or len(value) > MAX_PINPOINTS:
+        raise CountError(f"image_grid_pinpoints must be a list of 1 to {MAX_PINPOINTS} [height, width] pairs")
+    for i, pair in enumerate(value):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise CountError(f"image_grid_pinpoints[{i}] must be a [height, width] pair, got {pair!r}")
+        for number in pair:
+            positive_int(number, f"image_grid_pinpoints[{i}]")
 
 
 def _finite(value: Any) -> bool:

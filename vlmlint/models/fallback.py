@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vlmlint.models.base import CountError, Family, ImageCount, RowCount
+from vlmlint.models.base import CountError, Family, ImageCount, RowCount, no_knob
 from vlmlint.models.files import model_file
 
 # Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
@@ -450,4 +450,8 @@ def make_family(processor: Any, placeholder: str, raw_image_prompt: str) -> Fami
         expand=no_expansion,
         header_formula=False,
         count_row=count_row,
+        size_knob=no_knob(
+            "no header formula for this processor: no image-size knob is searched; only the max length "
+            "is recommended"
+        ),
     )

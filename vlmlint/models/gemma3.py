@@ -30,7 +30,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
+from vlmlint.models.base import (
+    FIXED_SIZE,
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    image_processor_types,
+    positive_int,
+)
 
 PLACEHOLDER = "<start_of_image>"
 DEFAULT_IMAGE_TOKEN = "<image_soft_token>"
@@ -209,15 +218,35 @@ def expand(count: ImageCount, settings: Gemma3Settings) -> Expansion:
     return tuple(segments)
 
 
+def size_knob(settings: Any) -> str:
+    """No image-size knob that `vlmlint stats` searches: the sentence that says why."""
+    if getattr(settings, "do_pan_and_scan", False):
+        return (
+            "pan-and-scan is on: pan_and_scan_max_num_crops bounds the crops per image, but vlmlint stats "
+            "does not search it yet; only the max length is recommended"
+        )
+    return f"Gemma 3 without pan-and-scan resizes every image to one size: {FIXED_SIZE}"
+
+
+def resized_copies(grid: tuple[int, ...]) -> int:
+    """Pan-and-scan: each crop is resized to the full size too, so the model sees rows x cols images."""
+    if grid and len(grid) == 2 and grid != (1, 1):
+        return grid[0] * grid[1]
+    return 1
+
+
 FAMILY = Family(
     name="gemma3",
     title="Gemma 3",
     processor_classes=("Gemma3Processor",),
-    image_processor_types=("Gemma3ImageProcessor", "Gemma3ImageProcessorFast", "Gemma3ImageProcessorPil"),
+    image_processor_types=image_processor_types("Gemma3"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER,
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=size_knob,
+    marker_tokens=("<start_of_image>", "<image_soft_token>"),
+    resized_copies=resized_copies,
 )

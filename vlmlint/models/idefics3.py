@@ -17,11 +17,12 @@ image_seq_len comes from the processor's own config (processor_config.json), nev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Knob, Run, image_processor_types
 
 PLACEHOLDER = "<image>"
 FAKE_IMAGE_TOKEN = "<fake_token_around_image>"
@@ -199,22 +200,45 @@ def expand(count: ImageCount, settings: Idefics3Settings) -> Expansion:
     return tuple(segment for segment in segments if segment != "")
 
 
+def size_knob(settings: Any) -> Knob | str:
+    """size.longest_edge, on the grid of multiples of the tile up to the 4096-pixel cap (`vlmlint stats`)."""
+    tile = settings.max_image_size
+    fixed = f"every image is one {tile}x{tile} image of {settings.image_seq_len} tokens"
+    if not settings.do_resize or not settings.longest_edge:
+        return (
+            "do_resize is off or size is a fixed height x width (not longest_edge): no image-size knob; "
+            "only the max length is recommended"
+        )
+    if not settings.do_image_splitting:
+        return f"do_image_splitting is off: {fixed}, so image tokens per image are fixed; only the max length is recommended"
+    # The resize caps the long side at 4096 pixels: the grid ends at the first multiple of the tile above.
+    high = -(-MAX_IMAGE_SIZE // tile) * tile
+    return Knob(
+        name="size.longest_edge",
+        current=settings.longest_edge,
+        step=tile,
+        low=tile,
+        settings_at=lambda value: dataclasses.replace(settings, longest_edge=value),
+        shape=lambda height, width: ((), high),  # tiles never decrease as longest_edge grows
+        open_ended=False,
+        text_unchanged=False,
+        grid=f"multiples of max_image_size.longest_edge = {tile}, up to {high} (the {MAX_IMAGE_SIZE}-pixel cap)",
+    )
+
+
 FAMILY = Family(
     name="idefics3",
     title="Idefics3 / SmolVLM",
     processor_classes=("Idefics3Processor", "SmolVLMProcessor"),
-    image_processor_types=(
-        "Idefics3ImageProcessor",
-        "Idefics3ImageProcessorFast",
-        "Idefics3ImageProcessorPil",
-        "SmolVLMImageProcessor",
-        "SmolVLMImageProcessorFast",
-        "SmolVLMImageProcessorPil",
-    ),
+    image_processor_types=image_processor_types("Idefics3") + image_processor_types("SmolVLM"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER,
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=size_knob,
+    # Idefics3Processor.__call__ finds each image's text by its first and last character
+    # (char_to_token(end - 1)) and fails when a cut removes the last one.
+    checks_image_span=True,
 )

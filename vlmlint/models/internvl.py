@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    image_processor_types,
+    no_knob,
+    positive_int,
+)
 
 PLACEHOLDER = "<IMG_CONTEXT>"
 START_IMAGE_TOKEN = "<img>"
@@ -182,11 +191,16 @@ FAMILY = Family(
     name="internvl",
     title="InternVL (transformers-native)",
     processor_classes=(PROCESSOR_CLASS,),
-    image_processor_types=("GotOcr2ImageProcessor", "GotOcr2ImageProcessorFast", "GotOcr2ImageProcessorPil"),
+    image_processor_types=image_processor_types("GotOcr2"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER + "\n",
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(
+        "max_patches bounds the tiles per image, but vlmlint stats does not search it yet; only the "
+        "max length is recommended"
+    ),
+    marker_tokens=("<IMG_CONTEXT>", "<img>"),
 )

@@ -17,7 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import (
+    FIXED_SIZE,
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    image_processor_types,
+    no_knob,
+)
 
 PLACEHOLDER = "<image>"
 
@@ -217,11 +226,13 @@ FAMILY = Family(
     processor_classes=("LlavaProcessor",),
     # CLIPImageProcessor / SiglipImageProcessor belong to plain vision encoders too: a LLaVA folder is
     # found by its processor_class; LlavaImageProcessor (pad-to-square) is LLaVA's own.
-    image_processor_types=("LlavaImageProcessor", "LlavaImageProcessorFast", "LlavaImageProcessorPil"),
+    image_processor_types=image_processor_types("Llava"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER,
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(f"LLaVA-1.5 resizes and crops every image to one size: {FIXED_SIZE}"),
+    trainer_templates={"llamafactory": ("llava",)},
 )

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, image_processor_types, no_knob
 from vlmlint.models.llava import PLACEHOLDER, Size, processor_settings, resize_output
 
 Pinpoints = tuple[tuple[int, int], ...]
@@ -212,19 +212,27 @@ def expand(count: ImageCount, settings: LlavaNextSettings) -> Expansion:
     return (Run(PLACEHOLDER, count.tokens),)
 
 
+def trainer_template(pipeline: str, model: Any) -> str | None:
+    """LLaMA-Factory's llava_next_mistral for a Mistral chat template ([INST]), else llava_next."""
+    del pipeline
+    return "llava_next_mistral" if "[INST]" in (model.chat_template or "") else "llava_next"
+
+
 FAMILY = Family(
     name="llava-next",
     title="LLaVA-NeXT (LLaVA-1.6)",
     processor_classes=("LlavaNextProcessor",),
-    image_processor_types=(
-        "LlavaNextImageProcessor",
-        "LlavaNextImageProcessorFast",
-        "LlavaNextImageProcessorPil",
-    ),
+    image_processor_types=image_processor_types("LlavaNext"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER,
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(
+        "no image-size knob: image tokens per image are fixed by the grid pinpoints "
+        "(image_grid_pinpoints); only the max length is recommended"
+    ),
+    trainer_templates={"llamafactory": ("llava_next", "llava_next_mistral")},
+    choose_trainer_template=trainer_template,
 )

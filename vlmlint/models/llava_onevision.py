@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, image_processor_types, no_knob
 
 PLACEHOLDER = "<image>"
 
@@ -212,15 +212,15 @@ FAMILY = Family(
     name="llava-onevision",
     title="LLaVA-OneVision",
     processor_classes=("LlavaOnevisionProcessor",),
-    image_processor_types=(
-        "LlavaOnevisionImageProcessor",
-        "LlavaOnevisionImageProcessorFast",
-        "LlavaOnevisionImageProcessorPil",
-    ),
+    image_processor_types=image_processor_types("LlavaOnevision"),
     placeholder=PLACEHOLDER,
     raw_image_prompt="<image>\n",
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(
+        "no image-size knob: image tokens per image are fixed by the grid pinpoints "
+        "(image_grid_pinpoints); only the max length is recommended"
+    ),
 )

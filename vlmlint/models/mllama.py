@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Segment, compose_default
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Segment,
+    compose_default,
+    image_processor_types,
+    no_knob,
+)
 
 PLACEHOLDER = "<|image|>"
 # MllamaProcessor takes its BOS from the tokenizer (read at load); Llama 3.2 Vision checkpoints use this one.
@@ -144,7 +153,7 @@ FAMILY = Family(
     name="mllama",
     title="Llama 3.2 Vision (Mllama)",
     processor_classes=("MllamaProcessor",),
-    image_processor_types=("MllamaImageProcessor", "MllamaImageProcessorFast", "MllamaImageProcessorPil"),
+    image_processor_types=image_processor_types("Mllama"),
     placeholder=PLACEHOLDER,
     raw_image_prompt=PLACEHOLDER,
     settings_from=settings_from,
@@ -152,4 +161,9 @@ FAMILY = Family(
     count_exact=count_exact,
     expand=expand,
     compose=compose,
+    size_knob=no_knob(
+        "every image is one <|image|> token in the text (its tiles go to cross-attention): no image "
+        "setting changes the sequence length; only the max length is recommended"
+    ),
+    marker_tokens=("<|image|>",),
 )

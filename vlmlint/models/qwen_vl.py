@@ -7,11 +7,21 @@ copies of itself; the start and end tokens stay.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, positive_int
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Knob,
+    Run,
+    image_processor_types,
+    positive_int,
+)
 
 MAX_ASPECT_RATIO = 200
 PLACEHOLDER = "<|image_pad|>"
@@ -140,11 +150,74 @@ def position_span(count: ImageCount, settings: QwenSettings) -> int:
     return max(grid_h, grid_w) // settings.merge_size
 
 
+def size_knob(settings: QwenSettings) -> Knob | str:
+    """max_pixels, on the grid of multiples of factor^2 from min_pixels (`vlmlint stats`)."""
+    factor = settings.factor
+    if not settings.do_resize:
+        return (
+            "do_resize is false: max_pixels has no effect and every image keeps its size "
+            f"(sides must be multiples of {factor}); only the max length is recommended"
+        )
+    step = factor * factor
+
+    def shape(height: int, width: int) -> tuple[tuple[int, ...], int]:
+        # Below its rounded area an image is shrunk, and its sides never shrink as max_pixels grows;
+        # at the rounded area the shrinking (and its one-row clamp) stops: the count may drop there.
+        saturation = max_pixels_saturation(height, width, factor)
+        return (saturation,), saturation
+
+    return Knob(
+        name="max_pixels",
+        current=settings.max_pixels,
+        step=step,
+        low=-(-settings.min_pixels // step) * step,
+        settings_at=lambda value: dataclasses.replace(settings, max_pixels=value),
+        shape=shape,
+        open_ended=True,
+        text_unchanged=True,
+        grid=f"multiples of (patch_size*merge_size)^2 = {step}, from min_pixels {settings.min_pixels}",
+    )
+
+
+def _positive(settings: Any, name: str) -> int | None:
+    value = getattr(settings, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | None:
+    """The smallest max_pixels that keeps an image's shrink within `limit` (rule VLM208's fix)."""
+    factor = _positive(settings, "factor")
+    if not factor or not _positive(settings, "max_pixels"):
+        return None
+    # The smallest max_pixels (a multiple of factor^2) whose smart_resize, which floors each side
+    # to the factor grid, keeps the shrink within the limit.
+    area = height * width
+    unit = factor * factor
+    min_pixels = _positive(settings, "min_pixels") or unit
+    pixels = math.ceil(area / limit / unit) * unit
+    resized_h, resized_w = smart_resize(height, width, factor, min_pixels, pixels)
+    for _ in range(10_000):  # a few steps in practice; the bound only guards the loop
+        if resized_h * resized_w * limit >= area:
+            break
+        pixels += unit
+        resized_h, resized_w = smart_resize(height, width, factor, min_pixels, pixels)
+    return (
+        f"set max_pixels >= {pixels} ({resized_h * resized_w // unit} image tokens for this image), "
+        "or crop the region that matters"
+    )
+
+
+def trainer_template(pipeline: str, model: Any) -> str | None:
+    """LLaMA-Factory registers qwen3_vl_nothink for Qwen3-VL and qwen2_vl for Qwen2-VL / Qwen2.5-VL."""
+    del pipeline
+    return "qwen3_vl_nothink" if model.processor_class == "Qwen3VLProcessor" else "qwen2_vl"
+
+
 FAMILY = Family(
     name="qwen-vl",
     title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
     processor_classes=("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor"),
-    image_processor_types=("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast", "Qwen2VLImageProcessorPil"),
+    image_processor_types=image_processor_types("Qwen2VL"),
     placeholder=PLACEHOLDER,
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>",
     settings_from=settings_from,
@@ -152,4 +225,9 @@ FAMILY = Family(
     count_exact=count_exact,
     expand=expand,
     position_span=position_span,
+    size_knob=size_knob,
+    marker_tokens=("<|vision_start|>",),
+    trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink")},
+    choose_trainer_template=trainer_template,
+    shrink_hint=shrink_hint,
 )

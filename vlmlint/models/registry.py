@@ -2,39 +2,68 @@
 
 from __future__ import annotations
 
-from vlmlint.models import (
-    gemma3,
-    idefics3,
-    internvl,
-    llava,
-    llava_next,
-    llava_onevision,
-    mllama,
-    paligemma,
-    pixtral,
-    qwen_vl,
-    vision_encoder,
-)
-from vlmlint.models.base import Family
+from vlmlint.models.base import NO_KNOB_KNOWN, Family
+from vlmlint.models.gemma3 import FAMILY as GEMMA3
+from vlmlint.models.idefics3 import FAMILY as IDEFICS3
+from vlmlint.models.internvl import FAMILY as INTERNVL
+from vlmlint.models.llava import FAMILY as LLAVA
+from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
+from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
+from vlmlint.models.mllama import FAMILY as MLLAMA
+from vlmlint.models.paligemma import FAMILY as PALIGEMMA
+from vlmlint.models.pixtral import FAMILY as PIXTRAL
+from vlmlint.models.qwen_vl import FAMILY as QWEN_VL
+from vlmlint.models.vision_encoder import FAMILY as VISION_ENCODER
 
 # Order matters only for image_processor_type lookups shared by several families: first wins.
-FAMILIES: tuple[Family, ...] = tuple(
-    module.FAMILY
-    for module in (
-        qwen_vl,
-        llava,
-        llava_next,
-        llava_onevision,
-        idefics3,
-        paligemma,
-        gemma3,
-        internvl,
-        pixtral,
-        mllama,
-        vision_encoder,
-    )
-    if module.FAMILY is not None  # a family module still being written
+FAMILIES: tuple[Family, ...] = (
+    QWEN_VL,
+    LLAVA,
+    LLAVA_NEXT,
+    LLAVA_ONEVISION,
+    IDEFICS3,
+    PALIGEMMA,
+    GEMMA3,
+    INTERNVL,
+    PIXTRAL,
+    MLLAMA,
+    VISION_ENCODER,
 )
+# Every family's image and marker tokens: plain text under a tokenizer that does not know them.
+MARKER_TOKENS: frozenset[str] = frozenset(token for family in FAMILIES for token in family.marker_tokens)
+# Families whose position ids are M-RoPE's (one image moves the position by its span, not its tokens).
+MROPE_FAMILIES: frozenset[str] = frozenset(family.name for family in FAMILIES if family.position_span)
+
+
+def family_named(name: str) -> Family | None:
+    """The registry family of this name, or None (the real-processor fallback is in no registry)."""
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    return None
+
+
+def trainer_template(family: Family, pipeline: str, model: object) -> str | None:
+    """The trainer template `pipeline` uses by default for a model of this family, or None."""
+    names = family.trainer_templates.get(pipeline, ())
+    if not names:
+        return None
+    if family.choose_trainer_template is not None:
+        return family.choose_trainer_template(pipeline, model)
+    return names[0]
+
+
+def families_for_template(pipeline: str, template: str) -> tuple[str, ...]:
+    """The names of the families a trainer template of `pipeline` reproduces."""
+    return tuple(family.name for family in FAMILIES if template in family.trainer_templates.get(pipeline, ()))
+
+
+def knob_for(family: Family | str, settings: object) -> object:
+    """The family's image-size knob (`vlmlint stats`), or a sentence saying why there is none."""
+    found = family_named(family) if isinstance(family, str) else family
+    if found is None or found.size_knob is None:
+        return NO_KNOB_KNOWN
+    return found.size_knob(settings)
 
 
 def family_for_class(processor_class: str | None) -> Family | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount
+from vlmlint.models.base import CountError, Expansion, Family, ImageCount, no_knob
 
 # image processor class name prefix -> (variant, CLS tokens in the encoder sequence)
 _VARIANTS = {
@@ -184,4 +184,8 @@ FAMILY = Family(
     count=count,
     count_exact=count_exact,
     expand=expand,
+    size_knob=no_knob(
+        "a plain vision encoder: the image goes to its own fixed-size input, not into the text "
+        "sequence; only the max length (of the text) is recommended"
+    ),
 )

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vlmlint.models.registry import families_for_template, trainer_template
 from vlmlint.pipelines.base import Pipeline, PipelineError
 from vlmlint.records import Message, Role, TrainerFate
 
@@ -73,7 +74,6 @@ class LfTemplate:
     vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
     vision_eos: str = ""
     fuse_system: bool = False  # Llama2Template: the system slot goes inside the first user slot
-    families: tuple[str, ...] = field(default=(), compare=False)  # vlmlint families it fits
 
 
 _CHATML_USER = ("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n",)
@@ -97,7 +97,6 @@ TEMPLATES: dict[str, LfTemplate] = {
             image_token="<|image_pad|>",
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
-            families=("qwen-vl",),
         ),
         LfTemplate(
             "qwen3_vl_nothink",
@@ -108,7 +107,6 @@ TEMPLATES: dict[str, LfTemplate] = {
             image_token="<|image_pad|>",
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
-            families=("qwen-vl",),
         ),
         LfTemplate(
             "llava",
@@ -116,7 +114,6 @@ TEMPLATES: dict[str, LfTemplate] = {
             ("{{content}}", EOS),
             default_system=_VICUNA_SYSTEM,
             plugin="llava",
-            families=("llava",),
         ),
         LfTemplate(
             "llava_next",
@@ -124,7 +121,6 @@ TEMPLATES: dict[str, LfTemplate] = {
             ("{{content}}", EOS),
             default_system=_VICUNA_SYSTEM,
             plugin="llava_next",
-            families=("llava-next",),
         ),
         LfTemplate(
             "llava_next_mistral",
@@ -134,7 +130,6 @@ TEMPLATES: dict[str, LfTemplate] = {
             prefix=(BOS,),
             plugin="llava_next",
             fuse_system=True,
-            families=("llava-next",),
         ),
     )
 }
@@ -253,10 +248,10 @@ class LlamaFactoryPipeline(Pipeline):
                 "vlmlint knows qwen2_vl and qwen3_vl_nothink (Qwen-VL), llava (LLaVA-1.5), llava_next and "
                 "llava_next_mistral (LLaVA-NeXT)"
             )
-        if family not in self.template.families:
+        if self.template.name not in model.family.trainer_templates.get(self.name, ()):
             raise PipelineError(
                 f"--pipeline llamafactory: template {self.template.name} is for "
-                f"{', '.join(self.template.families)} models, not {family}"
+                f"{', '.join(families_for_template(self.name, self.template.name))} models, not {family}"
             )
         tokenizer = model.tokenizer
         if tokenizer is None:
@@ -273,14 +268,7 @@ class LlamaFactoryPipeline(Pipeline):
     @staticmethod
     def _default_template(model: Model) -> str | None:
         """The template LLaMA-Factory registers for the model (extras/constants.py register_model_group)."""
-        family = model.family.name
-        if family == "qwen-vl":
-            return "qwen3_vl_nothink" if model.processor_class == "Qwen3VLProcessor" else "qwen2_vl"
-        if family == "llava":
-            return "llava"
-        if family == "llava-next":
-            return "llava_next_mistral" if "[INST]" in (model.chat_template or "") else "llava_next"
-        return None
+        return trainer_template(model.family, LlamaFactoryPipeline.name, model)
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()

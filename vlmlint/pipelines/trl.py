@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from vlmlint.records import RowResult
 
 TRL_VERSION = "TRL 1.16.0"
-# Processors that locate each image's replacement text by its first and last character and fail when
-# the cut removes the last one (Idefics3Processor.__call__: char_to_token(end - 1) is None).
-_SPAN_CHECKING_FAMILIES = frozenset({"idefics3"})
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
@@ -140,7 +137,9 @@ class TrlPipeline(Pipeline):
 
 def _closing_tokens(scanner: Scanner, prepared: Any) -> int:
     """Tokens after an image's last run that its processor needs too (the closing marker), or 0."""
-    if scanner.family.name not in _SPAN_CHECKING_FAMILIES or not prepared.counts:
+    # Processors that locate each image's replacement text by its first and last character fail when
+    # the cut removes the last one (Idefics3Processor.__call__: char_to_token(end - 1) is None).
+    if not scanner.family.checks_image_span or not prepared.counts:
         return 0
     expansion = scanner.family.expand(prepared.counts[-1], scanner.model.settings)
     last_run = max(i for i, segment in enumerate(expansion) if not isinstance(segment, str))

@@ -12,6 +12,8 @@ from dataclasses import replace
 
 from PIL import Image
 
+from vlmlint.models.base import Family
+from vlmlint.models.registry import family_named
 from vlmlint.records import Finding, ImageError, ImageInfo, RowResult, Severity
 from vlmlint.rules.base import Rule, RuleContext
 from vlmlint.rules.rows import numbered_images, numbered_media
@@ -385,13 +387,14 @@ class HeavyResize(Rule):
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
         limit = context.thresholds["heavy_resize_factor"]
+        family = family_named(context.family)
         for position, info in _sized(row):
             area = info.width * info.height
             if not info.resized_width or not info.resized_height or area > context.thresholds["bomb_pixels"]:
                 continue  # no resize known, or never decoded at all (VLM202's)
             seen = info.resized_width * info.resized_height
-            if context.family == "gemma3" and info.grid and len(info.grid) == 2 and info.grid != (1, 1):
-                seen *= info.grid[0] * info.grid[1]  # pan-and-scan: each crop is resized to the full size
+            if family is not None and family.resized_copies is not None:
+                seen *= family.resized_copies(info.grid)  # Gemma 3's pan-and-scan crops, each full size
             size = f"image {position} is {info.width}x{info.height} ({area:,} px)"
             target = f"{info.resized_width}x{info.resized_height} ({seen:,} px)"
             if area > seen * limit:
@@ -399,7 +402,7 @@ class HeavyResize(Rule):
                 yield self.finding(
                     row,
                     f"{size}; the processor shrinks it to {target}, {factor:.1f}x fewer pixels: fine detail is lost",
-                    self._shrink_fix(info, context, limit),
+                    self._shrink_fix(info, context, limit, family),
                 )
             elif (
                 seen > area * limit and min(info.width, info.height) >= context.thresholds["tiny_image_side"]
@@ -412,27 +415,12 @@ class HeavyResize(Rule):
                 )
 
     @staticmethod
-    def _shrink_fix(info: ImageInfo, context: RuleContext, limit: float) -> str:
-        area, long_side = info.width * info.height, max(info.width, info.height)
-        factor = _setting(context, "factor")
-        if factor and _setting(context, "max_pixels"):  # Qwen-VL
-            from vlmlint.models.qwen_vl import smart_resize
-
-            # The smallest max_pixels (a multiple of factor^2) whose smart_resize, which floors each side
-            # to the factor grid, keeps the shrink within the limit.
-            unit = factor * factor
-            min_pixels = _setting(context, "min_pixels") or unit
-            pixels = math.ceil(area / limit / unit) * unit
-            height, width = smart_resize(info.height, info.width, factor, min_pixels, pixels)
-            for _ in range(10_000):  # a few steps in practice; the bound only guards the loop
-                if height * width * limit >= area:
-                    break
-                pixels += unit
-                height, width = smart_resize(info.height, info.width, factor, min_pixels, pixels)
-            return (
-                f"set max_pixels >= {pixels} ({height * width // unit} image tokens for this image), "
-                "or crop the region that matters"
-            )
+    def _shrink_fix(info: ImageInfo, context: RuleContext, limit: float, family: Family | None) -> str:
+        long_side = max(info.width, info.height)
+        if family is not None and family.shrink_hint is not None:  # Qwen-VL: max_pixels
+            hint = family.shrink_hint(info.height, info.width, limit, context.image_settings)
+            if hint is not None:
+                return hint
         longest = _setting(context, "longest_edge") or _setting(context, "max_height")
         if longest:  # Idefics3 / SmolVLM (size.longest_edge), Pixtral (size.longest_edge)
             tile = _setting(context, "max_image_size") or _setting(context, "patch_size") or 1

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from vlmlint.models.registry import MROPE_FAMILIES
 from vlmlint.readers.layouts import TOKEN_FIELDS
 from vlmlint.records import Finding, RowResult, Severity
 from vlmlint.rules.base import Rule, RuleContext
 
-MROPE_FAMILIES = ("qwen-vl",)  # position_ids of shape (3, seq): temporal, height and width rows
+# MROPE_FAMILIES (models/registry.py): the families with a position_span, whose position_ids have shape
+# (3, seq): temporal, height and width rows.
 
 
 def _image_runs(ids: Sequence[int], token_id: int) -> list[int]:
