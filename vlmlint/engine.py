@@ -23,6 +23,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
 from vlmlint.models.base import compose_default
+from vlmlint.models.registry import MARKER_TOKENS
 from vlmlint.readers import ReadOptions, RowBatch, read_dataset
 from vlmlint.records import (
     IMAGE_PLACEHOLDER,
@@ -53,18 +54,9 @@ KEEP_EMBEDDED_BYTES = 64 * 1024 * 1024
 MAX_BATCH_TEXT_CHARS = 1_000_000
 # The fallback decodes each image once per scan: decoded RGB images kept up to this many pixels.
 _DECODED_CACHE_PIXELS = 64_000_000
-# Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand).
-FOREIGN_IMAGE_TOKENS = frozenset(
-    {
-        "<|image|>",
-        "<start_of_image>",
-        "<image_soft_token>",
-        "[IMG]",
-        "<|vision_start|>",
-        "<IMG_CONTEXT>",
-        "<img>",
-    }
-)
+# Image tokens of families beyond the registry's placeholders (start/end markers users paste by hand):
+# the union of each family's marker_tokens.
+FOREIGN_IMAGE_TOKENS = MARKER_TOKENS
 
 
 @dataclass

@@ -41,6 +41,8 @@ from typing import Any
 
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError
+from vlmlint.models.base import Knob
+from vlmlint.models.registry import knob_for
 from vlmlint.records import RowOutcome, RowResult
 from vlmlint.report.histogram import Bin, histogram
 
@@ -121,122 +123,7 @@ class Distribution:
 # -- image-size knobs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One family's image-size setting, searched on its processor's grid of values."""
-
-    name: str  # as written in the processor's config, e.g. "max_pixels"
-    current: int
-    step: int  # candidate values are the multiples of step
-    low: int  # the smallest candidate (a multiple of step)
-    settings_at: Callable[[int], Any] = dataclasses.field(repr=False)
-    # (height, width) -> (values at which this image's count may drop, the value from which it no
-    # longer changes). Between drops the count never decreases as the value grows.
-    shape: Callable[[int, int], tuple[tuple[int, ...], int]] = dataclasses.field(repr=False)
-    # True: every value above the saturation gives the same counts (Qwen-VL), so "fits there" means
-    # "fits at any larger value". False: the grid ends at the saturation (Idefics3's 4096 cap).
-    open_ended: bool
-    # True when only the image-token runs change with the knob (Qwen-VL): the text tokens stay.
-    # False: the expansion holds text that changes too (Idefics3's row/col markers), so the row is
-    # composed and tokenized again at each value tried.
-    text_unchanged: bool
-    grid: str  # the candidates, in words
-
-
-def _qwen_knob(settings: Any) -> Knob | str:
-    from vlmlint.models.qwen_vl import max_pixels_saturation
-
-    factor = settings.factor
-    if not settings.do_resize:
-        return (
-            "do_resize is false: max_pixels has no effect and every image keeps its size "
-            f"(sides must be multiples of {factor}); only the max length is recommended"
-        )
-    step = factor * factor
-
-    def shape(height: int, width: int) -> tuple[tuple[int, ...], int]:
-        # Below its rounded area an image is shrunk, and its sides never shrink as max_pixels grows;
-        # at the rounded area the shrinking (and its one-row clamp) stops: the count may drop there.
-        saturation = max_pixels_saturation(height, width, factor)
-        return (saturation,), saturation
-
-    return Knob(
-        name="max_pixels",
-        current=settings.max_pixels,
-        step=step,
-        low=-(-settings.min_pixels // step) * step,
-        settings_at=lambda value: dataclasses.replace(settings, max_pixels=value),
-        shape=shape,
-        open_ended=True,
-        text_unchanged=True,
-        grid=f"multiples of (patch_size*merge_size)^2 = {step}, from min_pixels {settings.min_pixels}",
-    )
-
-
-def _idefics3_knob(settings: Any) -> Knob | str:
-    from vlmlint.models.idefics3 import MAX_IMAGE_SIZE
-
-    tile = settings.max_image_size
-    fixed = f"every image is one {tile}x{tile} image of {settings.image_seq_len} tokens"
-    if not settings.do_resize or not settings.longest_edge:
-        return (
-            "do_resize is off or size is a fixed height x width (not longest_edge): no image-size knob; "
-            "only the max length is recommended"
-        )
-    if not settings.do_image_splitting:
-        return f"do_image_splitting is off: {fixed}, so image tokens per image are fixed; only the max length is recommended"
-    # The resize caps the long side at 4096 pixels: the grid ends at the first multiple of the tile above.
-    high = -(-MAX_IMAGE_SIZE // tile) * tile
-    return Knob(
-        name="size.longest_edge",
-        current=settings.longest_edge,
-        step=tile,
-        low=tile,
-        settings_at=lambda value: dataclasses.replace(settings, longest_edge=value),
-        shape=lambda height, width: ((), high),  # tiles never decrease as longest_edge grows
-        open_ended=False,
-        text_unchanged=False,
-        grid=f"multiples of max_image_size.longest_edge = {tile}, up to {high} (the {MAX_IMAGE_SIZE}-pixel cap)",
-    )
-
-
-_FIXED = "image tokens per image are fixed by the processor's size, so there is no image-size knob; only the max length is recommended"
-_NO_KNOB: dict[str, str] = {
-    "llava": f"LLaVA-1.5 resizes and crops every image to one size: {_FIXED}",
-    "paligemma": f"PaliGemma resizes every image to one size: {_FIXED}",
-    "vision-encoder": "a plain vision encoder: the image goes to its own fixed-size input, not into the text "
-    "sequence; only the max length (of the text) is recommended",
-    "llava-next": "no image-size knob: image tokens per image are fixed by the grid pinpoints "
-    "(image_grid_pinpoints); only the max length is recommended",
-    "llava-onevision": "no image-size knob: image tokens per image are fixed by the grid pinpoints "
-    "(image_grid_pinpoints); only the max length is recommended",
-    "mllama": "every image is one <|image|> token in the text (its tiles go to cross-attention): no image "
-    "setting changes the sequence length; only the max length is recommended",
-    "internvl": "max_patches bounds the tiles per image, but vlmlint stats does not search it yet; only the "
-    "max length is recommended",
-    "pixtral": "size.longest_edge bounds the image size, but vlmlint stats does not search it yet; only the "
-    "max length is recommended",
-    "fallback": "no header formula for this processor: no image-size knob is searched; only the max length "
-    "is recommended",
-}
-
-
-def knob_for(family_name: str, settings: Any) -> Knob | str:
-    """The family's image-size knob, or a sentence saying why there is none to recommend."""
-    if family_name == "qwen-vl":
-        return _qwen_knob(settings)
-    if family_name == "idefics3":
-        return _idefics3_knob(settings)
-    if family_name == "gemma3":
-        if getattr(settings, "do_pan_and_scan", False):
-            return (
-                "pan-and-scan is on: pan_and_scan_max_num_crops bounds the crops per image, but vlmlint stats "
-                "does not search it yet; only the max length is recommended"
-            )
-        return f"Gemma 3 without pan-and-scan resizes every image to one size: {_FIXED}"
-    return _NO_KNOB.get(
-        family_name, "no image-size knob known for this family; only the max length is recommended"
-    )
+# Knob (models/base.py) and each family's size_knob hook (its module) say what is searched.
 
 
 class RowLength:
@@ -409,7 +296,7 @@ class StatsCollector:
         self.unfittable = 0
         self.unfittable_rows: list[str] = []
         self.lower_bound = 0  # counted rows whose videos / audio are not counted
-        knob = knob_for(scanner.family.name, scanner.model.settings)
+        knob = knob_for(scanner.family, scanner.model.settings)
         if isinstance(knob, Knob) and self.limit is None:
             knob = "the model states no context length: pass --max-length to get an image-size recommendation"
         if isinstance(knob, Knob) and scanner.model.tokenizer is None:
