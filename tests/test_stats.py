@@ -17,12 +17,12 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from tests.conftest import DATASETS, PROCESSORS
+from vlmlint.aggregate import percentiles as summary_percentiles
 from vlmlint.cli import app
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, qwen_vl
 from vlmlint.models import idefics3 as idefics3_family
-from vlmlint.report.summary import percentiles as summary_percentiles
 from vlmlint.stats import (
     KEEP_SHARES,
     PERCENTILES,

@@ -68,11 +68,11 @@ class Baseline:
 
 def load_baseline(path: str) -> Baseline:
     """Read a baseline file; anything but a well-formed one raises BaselineError."""
-    from vlmlint.report.output import OutputError, read_regular
+    from vlmlint.fileio import OutputError, read_checked
 
     try:
         # Only a regular file of bounded size: a FIFO would block, /dev/zero would fill memory.
-        data = orjson.loads(read_regular(path, MAX_BASELINE_BYTES, "baseline"))
+        data = orjson.loads(read_checked(path, MAX_BASELINE_BYTES, "baseline"))
     except OutputError as exc:
         raise BaselineError(str(exc)) from None
     except orjson.JSONDecodeError as exc:
@@ -129,7 +129,7 @@ def baseline_document(findings: Iterable[Finding]) -> dict[str, Any]:
 
 def write_baseline(path: str, findings: Iterable[Finding]) -> int:
     """Write the baseline atomically; returns how many findings it records."""
-    from vlmlint.report.output import write_atomic
+    from vlmlint.fileio import write_atomic
     from vlmlint.report.safe import dumps_safe
 
     document = baseline_document(findings)

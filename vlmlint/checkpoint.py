@@ -25,11 +25,11 @@ from typing import Any
 
 import orjson
 
-from vlmlint.version import __version__
+from vlmlint.aggregate import Summary
+from vlmlint.fileio import write_atomic
 from vlmlint.records import Finding, Severity
-from vlmlint.report.output import write_atomic
 from vlmlint.report.safe import dumps_safe
-from vlmlint.report.summary import Summary
+from vlmlint.version import __version__
 
 _SAVE_EVERY_SECONDS = 5.0
 FORMAT_VERSION = 1
@@ -221,10 +221,10 @@ class Checkpoint:
                 yield Finding.from_dict(orjson.loads(line))
 
     def _read_state(self) -> Any:
-        from vlmlint.report.output import OutputError, read_regular
+        from vlmlint.fileio import OutputError, read_checked
 
         try:
-            data = read_regular(self.path, MAX_CHECKPOINT_BYTES, "--resume")
+            data = read_checked(self.path, MAX_CHECKPOINT_BYTES, "--resume")
         except FileNotFoundError:
             return None
         except OutputError as exc:

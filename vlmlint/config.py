@@ -188,7 +188,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
-    from vlmlint.readers.files import FileTooLarge, NotRegularFile, read_regular
+    from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
 
     try:
         data = read_regular(path, MAX_CONFIG_BYTES)  # a FIFO named as a config file does not block

@@ -30,31 +30,26 @@ Two recommendations are computed from the counts, never guessed:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
 
+from vlmlint.aggregate import (  # noqa: F401 (the records stats fills; tests import them here)
+    PERCENTILES,
+    DatasetStats,
+    Distribution,
+    KnobStats,
+    Recommendation,
+    nearest_rank,
+)
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError
 from vlmlint.models.base import Knob
 from vlmlint.models.registry import knob_for
 from vlmlint.records import RowOutcome, RowResult
-from vlmlint.report.histogram import Bin, histogram
 
-# (label, percent): nearest-rank percentiles shown for every distribution.
-PERCENTILES: tuple[tuple[str, Fraction], ...] = (
-    ("min", Fraction(0)),
-    ("p50", Fraction(50)),
-    ("p90", Fraction(90)),
-    ("p99", Fraction(99)),
-    ("p99.9", Fraction(999, 10)),
-    ("max", Fraction(100)),
-)
 # (label, share of rows to keep within the limit)
 KEEP_SHARES: tuple[tuple[str, Fraction], ...] = (
     ("100%", Fraction(1)),
@@ -62,12 +57,6 @@ KEEP_SHARES: tuple[tuple[str, Fraction], ...] = (
     ("99%", Fraction(99, 100)),
 )
 UNFITTABLE_LISTED = 20  # locations of unfittable rows kept for the report
-
-
-def nearest_rank(ordered: Sequence[int], percent: Fraction | int) -> int:
-    """The ceil(percent / 100 * n)-th smallest of `ordered` (sorted ascending), at least the first."""
-    rank = max(1, math.ceil(Fraction(percent) * len(ordered) / 100))
-    return ordered[rank - 1]
 
 
 def rows_to_keep(share: Fraction, rows: int) -> int:
@@ -90,34 +79,6 @@ def largest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | N
         else:
             high = middle - 1
     return low
-
-
-# -- distributions ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Distribution:
-    count: int
-    percentiles: dict[str, int | None]
-    histogram: tuple[Bin, ...]
-
-    @classmethod
-    def of(cls, values: Sequence[int]) -> Distribution:
-        ordered = sorted(values)
-        return cls(
-            count=len(ordered),
-            percentiles={
-                label: nearest_rank(ordered, percent) if ordered else None for label, percent in PERCENTILES
-            },
-            histogram=tuple(histogram(ordered)),  # the same bins as the HTML report's
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "percentiles": self.percentiles,
-            "histogram": [{"low": b.low, "high": b.high, "count": b.count} for b in self.histogram],
-        }
 
 
 # -- image-size knobs -------------------------------------------------------------------------------
@@ -155,40 +116,7 @@ class RowLength:
         return scanner._token_lengths([text])[0] + saved
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    keep: str  # "100%", "99.9%", "99%"
-    rows_required: int  # ceil(share * rows)
-    value: int | None  # None: no single value keeps the share (or no rows)
-    rows_kept: int  # rows within the limit at `value`
-    unbounded: bool = False  # every value >= `value` keeps the same rows (no image is shrunk further)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 Interval = tuple[int, int | None]  # [first, last] grid steps where a row fits; None: no end
-
-
-@dataclass(frozen=True)
-class KnobStats:
-    name: str
-    current: int
-    step: int
-    low: int
-    grid: str
-    limit: int
-    rows_fittable: int  # rows that some value of the knob makes fit (the shares are of these)
-    rows_at_current: int  # of those, the rows within the limit at the current value
-    unfittable: int
-    unfittable_rows: tuple[str, ...]  # the first locations
-    recommendations: tuple[Recommendation, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        record = dataclasses.asdict(self)
-        record["unfittable_rows"] = list(self.unfittable_rows)
-        record["recommendations"] = [r.to_dict() for r in self.recommendations]
-        return record
 
 
 def add_intervals(events: dict[int, int], intervals: Iterable[Interval]) -> None:
@@ -241,43 +169,6 @@ def length_recommendations(seq_lens: Sequence[int]) -> tuple[Recommendation, ...
 
 
 # -- the whole dataset ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DatasetStats:
-    dataset: str
-    model: dict[str, Any]
-    rows: int
-    rows_counted: int  # rows with a sequence length (the others are unusable: see vlmlint scan)
-    limit: int | None  # the length limit the knob is searched against
-    limit_source: str | None  # "--max-length" or "max_position_embeddings"
-    model_context: int | None
-    rows_within_limit: int
-    seq_len: Distribution
-    image_tokens: Distribution  # per image
-    max_length: tuple[Recommendation, ...]
-    knob: KnobStats | None
-    knob_note: str | None  # why there is no knob (or why it was not searched)
-    # Counted rows holding videos or audio clips, which are not counted (VLM109): lower-bound lengths.
-    rows_lower_bound: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dataset": self.dataset,
-            "model": self.model,
-            "rows": self.rows,
-            "rows_counted": self.rows_counted,
-            "limit": self.limit,
-            "limit_source": self.limit_source,
-            "model_context": self.model_context,
-            "rows_within_limit": self.rows_within_limit,
-            "seq_len": self.seq_len.to_dict(),
-            "image_tokens_per_image": self.image_tokens.to_dict(),
-            "max_length": [r.to_dict() for r in self.max_length],
-            "knob": self.knob.to_dict() if self.knob else None,
-            "knob_note": self.knob_note,
-            "rows_lower_bound": self.rows_lower_bound,
-        }
 
 
 class StatsCollector:

@@ -300,7 +300,7 @@ _INTERRUPT = """
 import os, signal, sys
 when = sys.argv.pop(1)
 if when == "scan":  # after the second row: the scan is interrupted, the report is partial
-    import vlmlint.report.summary as summary
+    import vlmlint.aggregate as summary
     real_add = summary.Summary.add
     def add(self, outcome):
         real_add(self, outcome)

@@ -9,8 +9,8 @@ import stat
 import pytest
 from typer.testing import CliRunner
 
+import vlmlint.fileio as output
 import vlmlint.report.json_report as json_report
-import vlmlint.report.output as output
 from tests.conftest import DATASETS
 from tests.hardening.conftest import MODEL, run_cli
 from vlmlint.cli import app

@@ -28,11 +28,11 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from tests.conftest import PROCESSORS
+from vlmlint.aggregate import Summary
 from vlmlint.cli import app
 from vlmlint.report.ci import artifact_path, located_findings
 from vlmlint.report.formats import ReportInput, render
 from vlmlint.report.github import escape_data, escape_property
-from vlmlint.report.summary import Summary
 from vlmlint.rules import RULES_BY_CODE
 
 HERE = Path(__file__).parent
@@ -365,9 +365,9 @@ def test_cli_output_file_and_clean_exit(tiny):
 def test_sarif_marks_an_interrupted_scan():
     import json as _json
 
+    from vlmlint.aggregate import Summary
     from vlmlint.report.formats import ReportInput
     from vlmlint.report.sarif import render
-    from vlmlint.report.summary import Summary
 
     report = {"vlmlint_version": "0", "model": {}, "settings": {}, "summary": {}, "findings": []}
     report["incomplete"] = {"reason": "interrupted by SIGTERM", "rows_scanned": 5}

@@ -1,4 +1,7 @@
-"""What the readers may open: regular files inside the dataset folder. And their one exception."""
+"""What the readers may open: regular files inside the dataset folder. And their one exception.
+
+The bounded read of a whole file (read_regular) is vlmlint.fileio's, shared with the config,
+baselines and checkpoints."""
 
 from __future__ import annotations
 
@@ -18,42 +21,6 @@ def is_regular_file(path: str) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
-
-
-class NotRegularFile(Exception):
-    """read_regular: the path is a FIFO, a device, a socket or a folder, which it never reads."""
-
-    def __init__(self, path: str | os.PathLike, mode: int) -> None:
-        super().__init__(path)
-        self.mode = mode  # st_mode of the open descriptor
-
-
-class FileTooLarge(Exception):
-    """read_regular: the file holds more than the limit; `size` is what fstat said (None: it grew)."""
-
-    def __init__(self, size: int | None) -> None:
-        super().__init__(size)
-        self.size = size
-
-
-def read_regular(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (NotRegularFile, FileTooLarge, OSError).
-
-    O_NONBLOCK: opening a FIFO does not wait for a writer; fstat of the open descriptor (not of the
-    path, which may change in between) tells a regular file from a device, a FIFO or a folder.
-    """
-    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    info = os.fstat(handle)
-    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder with its own error
-        os.close(handle)
-        raise NotRegularFile(path, info.st_mode)
-    with os.fdopen(handle, "rb") as stream:
-        if info.st_size > limit:
-            raise FileTooLarge(info.st_size)
-        data = stream.read(limit + 1)  # the file may grow after fstat: never more than the limit
-    if len(data) > limit:
-        raise FileTooLarge(None)
-    return data
 
 
 def outside_target(path: str, folder: str) -> str | None:

@@ -8,15 +8,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from vlmlint.readers.files import (
-    FileTooLarge,
-    NotRegularFile,
-    SkippedFolder,
-    is_regular_file,
-    outside_target,
-    read_regular,
-    walk,
-)
+from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
+from vlmlint.readers.files import SkippedFolder, is_regular_file, outside_target, walk
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
 from vlmlint.records import RowProblem, Sample

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.report.summary import Summary
+from vlmlint.aggregate import Summary
 
 # name -> "module:function". Modules are imported only when their format is asked for.
 RENDERERS: dict[str, str] = {

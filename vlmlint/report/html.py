@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from vlmlint.aggregate import Bin, histogram
 from vlmlint.records import ImageError, ImageInfo, ImageRef, RowResult
-from vlmlint.report.histogram import Bin, histogram
 from vlmlint.report.safe import printable
 
 MAX_PREVIEW_FINDINGS = 500  # findings (table rows) that get thumbnails; later rows say why they have none

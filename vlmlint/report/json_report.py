@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from vlmlint.version import __version__
-from vlmlint.config import ScanConfig
+from vlmlint.aggregate import Summary
+from vlmlint.fileio import write_atomic
 from vlmlint.records import RowOutcome
-from vlmlint.report.output import readable_as_umask_allows, write_atomic  # noqa: F401 (re-exported)
 from vlmlint.report.safe import dumps_safe, safe_record
-from vlmlint.report.summary import Summary
+from vlmlint.version import __version__
+
+if TYPE_CHECKING:  # the settings layer sits above the report: only its shape is read here
+    from vlmlint.config import ScanConfig
 
 
 def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any]:

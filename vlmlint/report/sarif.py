@@ -15,10 +15,10 @@ from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
-from vlmlint.version import __version__
 from vlmlint.report.ci import INFORMATION_URI, Located, located_findings
 from vlmlint.report.formats import ReportInput
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
+from vlmlint.version import __version__
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}

@@ -6,8 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from vlmlint.report.histogram import Bin
-from vlmlint.stats import PERCENTILES, DatasetStats, Distribution, KnobStats, Recommendation
+from vlmlint.aggregate import PERCENTILES, Bin, DatasetStats, Distribution, KnobStats, Recommendation
 
 BAR_WIDTH = 40
 

@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from vlmlint.aggregate import Summary, percentiles
 from vlmlint.records import Severity
 from vlmlint.report.safe import printable
-from vlmlint.report.summary import Summary, percentiles
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

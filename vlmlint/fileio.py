@@ -1,11 +1,17 @@
-"""Where reports, baselines and checkpoints are written, and the files vlmlint reads back (baselines,
-checkpoints): regular files are written atomically; special files are written as they are, or refused.
+"""The files vlmlint reads whole and the files it writes: one bounded read, one atomic writer.
 
-A regular file (or a new one) gets a temporary file beside it, renamed into place when complete, so a
-reader never sees half a report. A rename would replace a special file with a regular one (CI runs as
-root: `-o /dev/null` would become a file), so a character device, a FIFO or /dev/fd/N is written
-directly; a FIFO that nobody reads is refused instead of blocking forever; a folder is refused.
-Nothing here prints or exits: errors are OutputError, whose message names the path.
+A leaf: it imports nothing of vlmlint, so readers, the config, baselines, checkpoints and reports share
+it without importing each other.
+
+Reading: `read_regular` opens without blocking (a FIFO swapped in after a check does not hang) and
+reads a regular file of at most a limit (NotRegularFile, FileTooLarge); `read_checked` says the same as
+one OutputError naming the file.
+
+Writing: a regular file (or a new one) gets a temporary file beside it, renamed into place when
+complete, so a reader never sees half a report. A rename would replace a special file with a regular
+one (CI runs as root: `-o /dev/null` would become a file), so a character device, a FIFO or /dev/fd/N
+is written directly; a FIFO that nobody reads is refused instead of blocking forever; a folder is
+refused. Nothing here prints or exits: errors are OutputError, whose message names the path.
 """
 
 from __future__ import annotations
@@ -22,6 +28,64 @@ from typing import BinaryIO
 # /dev/fd/N, /proc/self/fd/N, /dev/stdout, /dev/stderr: one of this process's own descriptors.
 _OWN_FD = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d+)$")
 _STD_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+class NotRegularFile(Exception):
+    """read_regular: the path is a FIFO, a device, a socket or a folder, which it never reads."""
+
+    def __init__(self, path: str | os.PathLike, mode: int) -> None:
+        super().__init__(path)
+        self.mode = mode  # st_mode of the open descriptor
+
+
+class FileTooLarge(Exception):
+    """read_regular: the file holds more than the limit; `size` is what fstat said (None: it grew)."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (NotRegularFile, FileTooLarge, OSError).
+
+    O_NONBLOCK: opening a FIFO does not wait for a writer; fstat of the open descriptor (not of the
+    path, which may change in between) tells a regular file from a device, a FIFO or a folder.
+    """
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder with its own error
+        os.close(handle)
+        raise NotRegularFile(path, info.st_mode)
+    with os.fdopen(handle, "rb") as stream:
+        if info.st_size > limit:
+            raise FileTooLarge(info.st_size)
+        data = stream.read(limit + 1)  # the file may grow after fstat: never more than the limit
+    if len(data) > limit:
+        raise FileTooLarge(None)
+    return data
+
+
+def read_checked(path: str, limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; anything else is an OutputError."""
+    try:
+        return read_regular(path, limit)
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: {exc.strerror or exc}") from None
+    except NotRegularFile:
+        raise OutputError(f"{what} {path}: not a regular file") from None
+    except FileTooLarge as exc:
+        if exc.size is None:
+            raise OutputError(f"{what} {path}: more than the {limit:,} bytes vlmlint reads") from None
+        raise OutputError(
+            f"{what} {path}: {exc.size:,} bytes, more than the {limit:,} bytes vlmlint reads"
+        ) from None
+
+
+# -- writing ----------------------------------------------------------------------------------------
 
 
 class OutputError(OSError):
@@ -117,25 +181,6 @@ def _write(stream: BinaryIO, content: bytes | Iterable[bytes], end: bytes) -> No
     else:
         stream.writelines(content)
     stream.write(end)
-
-
-def read_regular(path: str, limit: int, what: str) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; anything else is an OutputError."""
-    from vlmlint.readers.files import FileTooLarge, NotRegularFile
-    from vlmlint.readers.files import read_regular as read_bounded
-
-    try:
-        return read_bounded(path, limit)
-    except OSError as exc:
-        raise OutputError(f"{what} {path}: {exc.strerror or exc}") from None
-    except NotRegularFile:
-        raise OutputError(f"{what} {path}: not a regular file") from None
-    except FileTooLarge as exc:
-        if exc.size is None:
-            raise OutputError(f"{what} {path}: more than the {limit:,} bytes vlmlint reads") from None
-        raise OutputError(
-            f"{what} {path}: {exc.size:,} bytes, more than the {limit:,} bytes vlmlint reads"
-        ) from None
 
 
 def check_target(path: str) -> None:

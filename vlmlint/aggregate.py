@@ -1,13 +1,21 @@
-"""Running totals over a scan: counts by code and the distributions of lengths."""
+"""Aggregates over a scan: the running Summary behind every report, nearest-rank percentiles, histograms
+and the records `vlmlint stats` fills (its distributions and recommendations).
+
+Pure numbers and records: report/ renders them, the engine's callers and stats.py fill them. Imports
+only the leaves (records, report.safe), so nothing that renders a report loads the engine.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from fractions import Fraction
+from typing import IO, Any
 
 import orjson
 
@@ -140,4 +148,142 @@ class Summary:
             "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements},
             # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
             "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
+        }
+
+
+# -- histograms and distributions (`vlmlint stats`, the HTML report) ---------------------------
+
+
+@dataclass(frozen=True)
+class Bin:
+    low: int  # inclusive
+    high: int  # exclusive, except for the last bin, which includes the maximum
+    count: int
+
+
+def histogram(values: Sequence[int], bins: int = 20) -> list[Bin]:
+    """Split [min, max] into at most `bins` equal integer-width bins; [] for no values."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    width = max(1, -(-(high - low + 1) // bins))  # ceil, so the bins cover every value
+    count = -(-(high - low + 1) // width)
+    counts = [0] * count
+    for value in values:
+        counts[(value - low) // width] += 1
+    return [Bin(low + i * width, low + (i + 1) * width, n) for i, n in enumerate(counts)]
+
+
+# (label, percent): nearest-rank percentiles shown for every distribution.
+PERCENTILES: tuple[tuple[str, Fraction], ...] = (
+    ("min", Fraction(0)),
+    ("p50", Fraction(50)),
+    ("p90", Fraction(90)),
+    ("p99", Fraction(99)),
+    ("p99.9", Fraction(999, 10)),
+    ("max", Fraction(100)),
+)
+
+
+def nearest_rank(ordered: Sequence[int], percent: Fraction | int) -> int:
+    """The ceil(percent / 100 * n)-th smallest of `ordered` (sorted ascending), at least the first."""
+    rank = max(1, math.ceil(Fraction(percent) * len(ordered) / 100))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    count: int
+    percentiles: dict[str, int | None]
+    histogram: tuple[Bin, ...]
+
+    @classmethod
+    def of(cls, values: Sequence[int]) -> Distribution:
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            percentiles={
+                label: nearest_rank(ordered, percent) if ordered else None for label, percent in PERCENTILES
+            },
+            histogram=tuple(histogram(ordered)),  # the same bins as the HTML report's
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "percentiles": self.percentiles,
+            "histogram": [{"low": b.low, "high": b.high, "count": b.count} for b in self.histogram],
+        }
+
+
+# -- what `vlmlint stats` recommends ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    keep: str  # "100%", "99.9%", "99%"
+    rows_required: int  # ceil(share * rows)
+    value: int | None  # None: no single value keeps the share (or no rows)
+    rows_kept: int  # rows within the limit at `value`
+    unbounded: bool = False  # every value >= `value` keeps the same rows (no image is shrunk further)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class KnobStats:
+    name: str
+    current: int
+    step: int
+    low: int
+    grid: str
+    limit: int
+    rows_fittable: int  # rows that some value of the knob makes fit (the shares are of these)
+    rows_at_current: int  # of those, the rows within the limit at the current value
+    unfittable: int
+    unfittable_rows: tuple[str, ...]  # the first locations
+    recommendations: tuple[Recommendation, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        record["unfittable_rows"] = list(self.unfittable_rows)
+        record["recommendations"] = [r.to_dict() for r in self.recommendations]
+        return record
+
+
+@dataclass(frozen=True)
+class DatasetStats:
+    dataset: str
+    model: dict[str, Any]
+    rows: int
+    rows_counted: int  # rows with a sequence length (the others are unusable: see vlmlint scan)
+    limit: int | None  # the length limit the knob is searched against
+    limit_source: str | None  # "--max-length" or "max_position_embeddings"
+    model_context: int | None
+    rows_within_limit: int
+    seq_len: Distribution
+    image_tokens: Distribution  # per image
+    max_length: tuple[Recommendation, ...]
+    knob: KnobStats | None
+    knob_note: str | None  # why there is no knob (or why it was not searched)
+    # Counted rows holding videos or audio clips, which are not counted (VLM109): lower-bound lengths.
+    rows_lower_bound: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "model": self.model,
+            "rows": self.rows,
+            "rows_counted": self.rows_counted,
+            "limit": self.limit,
+            "limit_source": self.limit_source,
+            "model_context": self.model_context,
+            "rows_within_limit": self.rows_within_limit,
+            "seq_len": self.seq_len.to_dict(),
+            "image_tokens_per_image": self.image_tokens.to_dict(),
+            "max_length": [r.to_dict() for r in self.max_length],
+            "knob": self.knob.to_dict() if self.knob else None,
+            "knob_note": self.knob_note,
+            "rows_lower_bound": self.rows_lower_bound,
         }
