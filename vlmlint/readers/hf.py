@@ -587,34 +587,27 @@ def _table_file(
     )
 
 
-def read_parquet(
-    path: str,
-    *,
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Callable[[Any], Any] | None = None,
-    batch_rows: int = 0,
-) -> Iterator[Sample | TableBatch]:
-    def batches() -> Iterator[Any]:
-        yield from _bounded(_parquet_batches(path), path, validate=False)
+def _table_reader(
+    kind: str, open_batches: Callable[[str], Iterable[Any]], validate: bool
+) -> Callable[..., Any]:
+    """A reader of one kind of table file: its record batches, bounded (_bounded), as rows."""
 
-    yield from _table_file(path, "parquet", batches, layout, image_root, source, convert, batch_rows)
+    def read(
+        path: str,
+        *,
+        layout: str | None,
+        image_root: str | None,
+        source: str,
+        convert: Callable[[Any], Any] | None = None,
+        batch_rows: int = 0,
+    ) -> Iterator[Sample | TableBatch]:
+        def batches() -> Iterator[Any]:
+            yield from _bounded(open_batches(path), path, validate=validate)
 
+        yield from _table_file(path, kind, batches, layout, image_root, source, convert, batch_rows)
 
-def read_arrow(
-    path: str,
-    *,
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Callable[[Any], Any] | None = None,
-    batch_rows: int = 0,
-) -> Iterator[Sample | TableBatch]:
-    def batches() -> Iterator[Any]:
-        yield from _bounded(_ipc_batches(path), path, validate=True)
-
-    yield from _table_file(path, "Arrow", batches, layout, image_root, source, convert, batch_rows)
+    read.__name__ = read.__qualname__ = f"read_{kind.lower()}"  # read_parquet, read_arrow: as imported
+    return read
 
 
 def _fb_table(buf: bytes, pos: int) -> Callable[[int], int | None]:
@@ -728,3 +721,7 @@ def read_hub_dataset(
     yield from _rows_to_units(
         _arrow_batches(dataset), layout=layout, base_dir=os.getcwd(), image_root=image_root, source=source
     )
+
+
+read_parquet = _table_reader("parquet", lambda path: _parquet_batches(path), validate=False)
+read_arrow = _table_reader("Arrow", lambda path: _ipc_batches(path), validate=True)

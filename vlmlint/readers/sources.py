@@ -102,6 +102,11 @@ def pattern_files(target: str) -> list[str]:
     return paths
 
 
+def _settings(options: ReadOptions, *names: str) -> dict[str, object]:
+    """The named fields of `options`, as keywords of the functions that read one source kind."""
+    return {name: getattr(options, name) for name in names}
+
+
 class _Whole:
     """A source read in one piece: its only part is itself."""
 
@@ -120,13 +125,8 @@ class DatasetInfoReader(_Whole):
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
         from vlmlint.readers.llamafactory import read_llamafactory
 
-        yield from read_llamafactory(
-            target,
-            options.dataset_name or "",
-            image_root=options.image_root,
-            rel=options.rel,
-            allow_outside_root=options.allow_outside_root,
-        )
+        settings = _settings(options, "image_root", "rel", "allow_outside_root")
+        yield from read_llamafactory(target, options.dataset_name or "", **settings)
 
 
 class DataFileReader(_Whole):
@@ -166,15 +166,8 @@ class SavedDatasetReader(_Whole):
         return os.path.isdir(target) and is_saved_dataset(target)
 
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        yield from read_saved_dataset(
-            target,
-            layout=options.layout,
-            image_root=options.image_root,
-            split=options.split,
-            rel=options.rel,
-            batch_rows=options.batch_rows,
-            allow_outside_root=options.allow_outside_root,
-        )
+        names = ("layout", "image_root", "split", "rel", "batch_rows", "allow_outside_root")
+        yield from read_saved_dataset(target, **_settings(options, *names))
 
 
 class ImageFolderReader(_Whole):
@@ -186,13 +179,8 @@ class ImageFolderReader(_Whole):
         return os.path.isdir(target) and has_metadata(target)
 
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        yield from read_imagefolder(
-            target,
-            layout=options.layout,
-            image_root=options.image_root,
-            rel=options.rel,
-            allow_outside_root=options.allow_outside_root,
-        )
+        names = ("layout", "image_root", "rel", "allow_outside_root")
+        yield from read_imagefolder(target, **_settings(options, *names))
 
 
 class DataFolderReader:
@@ -238,12 +226,8 @@ class SidecarFolderReader(_Whole):
         )
 
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        yield from read_sidecar_folder(
-            target,
-            image_root=options.image_root,
-            rel=options.rel,
-            allow_outside_root=options.allow_outside_root,
-        )
+        names = ("image_root", "rel", "allow_outside_root")
+        yield from read_sidecar_folder(target, **_settings(options, *names))
 
 
 class HubReader(_Whole):
@@ -260,10 +244,5 @@ class HubReader(_Whole):
         )
 
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        yield from read_hub_dataset(
-            target,
-            layout=options.layout,
-            image_root=options.image_root,
-            split=options.split,
-            streaming=options.streaming,
-        )
+        names = ("layout", "image_root", "split", "streaming")
+        yield from read_hub_dataset(target, **_settings(options, *names))
