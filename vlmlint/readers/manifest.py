@@ -156,10 +156,23 @@ def read_jsonl(
     lines, parsed by whoever scans them (readers/batches.py); rows before that, and cut lines, as Samples.
     """
     _check_encoding(path)
+    yield from _units(_jsonl_rows, path, layout, image_root, source, convert, batch_rows)
+
+
+def _units(
+    rows_of: Callable[..., Iterator[Sample | _Raw]],
+    path: str,
+    layout: str | None,
+    image_root: str | None,
+    source: str,
+    convert: Convert | None,
+    batch_rows: int,
+) -> Iterator[Sample | LineBatch]:
+    """A manifest's rows (`rows_of`: _jsonl_rows or _array_rows), in LineBatch units when batching."""
     base_dir = os.path.dirname(os.path.abspath(path))
     file_layout = _FileLayout(layout)
     batching = batch_rows > 0 and convert is None  # a convert function may not travel to a worker
-    rows = _jsonl_rows(path, base_dir, image_root, source, convert, file_layout, batching)
+    rows = rows_of(path, base_dir, image_root, source, convert, file_layout, batching)
     yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
 
 
@@ -278,11 +291,7 @@ def read_json(
             batch_rows=batch_rows,
         )
         return
-    base_dir = os.path.dirname(os.path.abspath(path))
-    file_layout = _FileLayout(layout)
-    batching = batch_rows > 0 and convert is None
-    rows = _array_rows(path, base_dir, image_root, source, convert, file_layout, batching)
-    yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
+    yield from _units(_array_rows, path, layout, image_root, source, convert, batch_rows)
 
 
 def _array_rows(
