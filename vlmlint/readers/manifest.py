@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from vlmlint.readers.batches import RowBatch
 from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
+from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
