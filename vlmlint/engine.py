@@ -19,6 +19,7 @@ from functools import lru_cache
 from itertools import chain, islice
 from typing import Any
 
+from vlmlint.checker import MergeStage
 from vlmlint.config import ScanConfig
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, Run, load_model
@@ -34,7 +35,6 @@ from vlmlint.records import (
     MediaInfo,
     MediaRef,
     Message,
-    Part,
     RowOutcome,
     RowProblem,
     RowResult,
@@ -43,6 +43,11 @@ from vlmlint.records import (
     sample_beyond_bounds,
 )
 from vlmlint.rules import ALL_RULES, Rule, RuleContext
+from vlmlint.template_cache import (
+    conversation_for_template,  # noqa: F401  # tests import it from here
+    render_conversation,
+    without_media,
+)
 
 _IMAGE_CACHE_SIZE = 65536
 # Embedded bytes (data: URIs, parquet image cells, webdataset members) a scan keeps in the outcomes of
@@ -170,43 +175,6 @@ def _fast_lengths(model: Model, add_special_tokens: bool) -> Any:
     return lambda texts: [len(encoding) for encoding in encode(texts, add_special_tokens=add_special_tokens)]
 
 
-def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Messages as processor.apply_chat_template receives them: typed parts, images in place.
-
-    Video and audio parts are left out: vlmlint does not count them yet (VLM109), so the text is
-    what the row gives without them and its lengths are lower bounds.
-    """
-    return [
-        {
-            "role": message.role.value,
-            "content": [
-                {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
-                for part in message.parts
-            ],
-        }
-        for message in without_media(messages)  # no video or audio part is left in these
-    ]
-
-
-def without_media(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """The messages without their video and audio parts (the same tuple when they have none)."""
-    messages = tuple(messages)
-    if not any(part.media for message in messages for part in message.parts):
-        return messages
-    return tuple(Message(m.role, _merged(p for p in m.parts if not p.media)) for m in messages)
-
-
-def _merged(parts: Iterable[Part]) -> tuple[Part, ...]:
-    """Adjacent text parts joined, as the text was before a media placeholder split it."""
-    out: list[Part] = []
-    for part in parts:
-        if out and not part.is_image and not out[-1].is_image:
-            out[-1] = Part(text=out[-1].text + part.text)
-        else:
-            out.append(part)
-    return tuple(out)
-
-
 def _embedded_size(sample: Sample) -> int:
     """Bytes a sample holds beyond its references: embedded images and clips, stored token lists."""
     size = sum(len(ref.data) for ref in sample.images if ref.data is not None)
@@ -238,8 +206,13 @@ class Scanner:
     """Scans samples against one model. Build once, then call `scan()`; safe to reuse across datasets."""
 
     def __init__(
-        self, config: ScanConfig, model: Model | None = None, rules: Iterable[type[Rule]] = ALL_RULES
+        self,
+        config: ScanConfig,
+        model: Model | None = None,
+        rules: Iterable[type[Rule]] = ALL_RULES,
+        length_counter: Any = False,
     ):
+        """`model` and `length_counter`: an already loaded model and batch length counter to share."""
         self.config = config
         self.model = model or load_model(config.model, trust_remote_code=config.trust_remote_code)
         self.family = self.model.family
@@ -267,7 +240,7 @@ class Scanner:
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self.pipeline.bind(self.model)
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
-        self._fast_lengths: Any = False  # _fast_lengths(...) on first use: a batch length counter or None
+        self._fast_lengths: Any = length_counter  # False: _fast_lengths(...) on first use (a counter or None)
         # A family without a header formula (the real-processor fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
         self._image_cache: OrderedDict[str, ImageInfo] = OrderedDict()
@@ -485,13 +458,11 @@ class Scanner:
 
     def _render_template(self, messages: tuple[Message, ...]) -> str:
         """One full jinja render, exactly as processor.apply_chat_template does it, within its bounds."""
-        from vlmlint.templates import render
-
-        return render(
+        return render_conversation(
             self.template,
-            conversation_for_template(messages),
+            messages,
             self.config.add_generation_prompt,
-            **self.model.tokenizer.special_tokens_map,
+            self.model.tokenizer.special_tokens_map,
         )
 
     def _prepare(self, sample: Sample) -> _Prepared:
@@ -746,7 +717,7 @@ class Scanner:
         if jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
             from vlmlint.runner import scan_parallel
 
-            return scan_parallel(self, units, jobs, reset=False)
+            return scan_parallel(self, units, jobs)
         return self.scan_samples(units, reset=False)  # type: ignore[arg-type]  # no RowBatch when jobs == 1
 
     def default_jobs(self) -> int:
@@ -766,10 +737,8 @@ class Scanner:
 
     def _skipped(self, units: Iterable[Sample | RowBatch], count: int) -> Iterator[Sample | RowBatch]:
         """Drop the first `count` rows (--resume), showing them to the rules that compare rows."""
-        from vlmlint.runner import is_stateful
-
         iterator = iter(units)
-        comparing = [rule for rule in self.rules if is_stateful(rule)]
+        stage = MergeStage(self.rules, self.context, self.keep)
         left = count
         for unit in iterator:
             if isinstance(unit, RowBatch):
@@ -780,9 +749,7 @@ class Scanner:
             else:
                 skipped = [unit]
             for sample in skipped:
-                for rule in comparing:
-                    for _ in rule.check(RowResult(sample=sample), self.context):
-                        pass  # reported before the interruption
+                stage.skip(RowResult(sample=sample))  # reported before the interruption
             left -= len(skipped)
             if left <= 0:
                 break

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from vlmlint.checker import MergeStage
 from vlmlint.readers import DatasetError, ReadOptions, check_options, dataset_parts, read_dataset
 
 if TYPE_CHECKING:
@@ -261,16 +262,13 @@ class RayScanner:
 
     def _scan(self, parts: list[str], options: ReadOptions, skip: int) -> Iterator[RowOutcome]:
         from vlmlint.records import RowOutcome
-        from vlmlint.runner import is_stateful
 
         ray = _import_ray()
         self.start()
         scanner, config = self.local, self.local.config
-        stateful = [rule for rule in scanner.rules if is_stateful(rule)]
-        stateless = tuple(rule.code for rule in scanner.rules if not is_stateful(rule))
-        order = {rule.code: position for position, rule in enumerate(scanner.rules)}
-        for rule in stateful:
-            rule.reset()
+        stage = MergeStage(scanner.rules, scanner.context, scanner.keep)
+        stateless = stage.stateless_codes
+        stage.reset()
         cwd = os.getcwd()
         reading = _Reading(tuple(parts), cwd, options, config.batch_size)
         model = os.path.abspath(config.model) if os.path.isdir(config.model) else config.model
@@ -328,17 +326,11 @@ class RayScanner:
                     result, findings = pickle.loads(blob)
                     if skip:  # counted before an interruption: only the rules that compare rows see it
                         skip -= 1
-                        for rule in stateful:
-                            for _ in rule.check(result, scanner.context):
-                                pass
+                        stage.skip(result)
                         continue
-                    if stateful:
-                        extra = tuple(f for rule in stateful for f in rule.check(result, scanner.context))
-                        if extra:
-                            findings = tuple(sorted(findings + extra, key=lambda f: order.get(f.code, 0)))
-                    if config.per_source_ignores or stateful:
+                    if config.per_source_ignores:  # the workers' findings, filtered here (see above)
                         findings = tuple(f for f in findings if scanner.keep(f))
-                    yield RowOutcome(result, findings)
+                    yield RowOutcome(result, stage.merge(result, findings))
         except Exception as exc:
             cause = _cause(exc)
             if cause is not exc:

@@ -28,6 +28,7 @@ from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
+from vlmlint.checker import MergeStage
 from vlmlint.readers import RowBatch
 from vlmlint.records import Finding, RowResult, Sample, evolve
 from vlmlint.rules import Rule
@@ -58,8 +59,8 @@ def default_jobs(cheap_tokenizer: bool = False) -> int:
 
 
 def is_stateful(rule: Rule) -> bool:
-    """A rule that compares rows (it overrides reset()) must see every row, in order."""
-    return type(rule).reset is not Rule.reset
+    """A rule that compares rows (Rule.compares_rows) must see every row, in order."""
+    return rule.compares_rows
 
 
 def expand(units: Iterable[Unit]) -> Iterator[Sample]:
@@ -84,22 +85,26 @@ def headline(sample: Sample) -> Sample:
     )
 
 
-def _init_worker(config, rule_codes: tuple[str, ...]) -> None:
+def _init_worker(scanner_class: type[Scanner], config, rule_codes: tuple[str, ...]) -> None:
     # Ctrl-C goes to the whole process group: the parent decides what happens, workers just stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     global _worker
-    _worker = _stateless_scanner(_inherited, config, rule_codes)
+    _worker = _stateless_scanner(scanner_class, _inherited, config, rule_codes)
 
 
-def _stateless_scanner(parent: Scanner | None, config, rule_codes: tuple[str, ...]) -> Scanner:
-    from vlmlint.engine import Scanner
+def _stateless_scanner(
+    scanner_class: type[Scanner], parent: Scanner | None, config, rule_codes: tuple[str, ...]
+) -> Scanner:
+    """A scanner of the stateless rules; the class is the parent's (a spawned worker gets it pickled)."""
     from vlmlint.rules import RULES_BY_CODE
 
     rules = [RULES_BY_CODE[code] for code in rule_codes]
-    model = parent.model if parent is not None else None  # fork: no second model load
-    scanner = Scanner(config, model=model, rules=rules)
-    if parent is not None:  # nor a second build of the length counter (tiktoken loads its BPE file)
-        scanner._fast_lengths = parent.length_counter()
+    if parent is None:
+        scanner = scanner_class(config, rules=rules)
+    else:  # fork: no second model load, nor a second length counter (tiktoken loads its BPE file)
+        scanner = scanner_class(
+            config, model=parent.model, rules=rules, length_counter=parent.length_counter()
+        )
     # Flagged rows travel whole; the parent drops embedded bytes beyond its budget, in dataset order
     # (the same rows keep their bytes whatever --jobs is).
     scanner.embedded_budget = None
@@ -115,25 +120,23 @@ def _run_chunk(chunk: Chunk) -> list[tuple[RowResult, tuple[Finding, ...]]]:
     ]
 
 
-def scan_parallel(
-    scanner: Scanner, units: Iterable[Unit], jobs: int, reset: bool = True
-) -> Iterator[RowOutcome]:
-    """scanner.scan_samples(units) on `jobs` processes (this one included); small inputs stay here."""
+def scan_parallel(scanner: Scanner, units: Iterable[Unit], jobs: int) -> Iterator[RowOutcome]:
+    """scanner.scan_samples(units) on `jobs` processes (this one included); small inputs stay here.
+
+    The rules that compare rows are not reset here: the caller did, before showing them the rows a
+    --resume skips.
+    """
     from vlmlint.records import RowOutcome
 
     size = scanner.config.batch_size
     chunks = _chunks(iter(units), size)
     head = list(islice(chunks, 2))
     if jobs <= 1 or sum(map(_rows, chain(*head))) < 2 * size:  # a pool would cost more than it saves
-        yield from scanner.scan_samples(expand(chain(*head, chain.from_iterable(chunks))), reset=reset)
+        yield from scanner.scan_samples(expand(chain(*head, chain.from_iterable(chunks))), reset=False)
         return
 
-    stateful = [rule for rule in scanner.rules if is_stateful(rule)]
-    stateless_codes = tuple(rule.code for rule in scanner.rules if not is_stateful(rule))
-    order = {rule.code: position for position, rule in enumerate(scanner.rules)}
-    if reset:
-        for rule in stateful:
-            rule.reset()
+    stage = MergeStage(scanner.rules, scanner.context, scanner.keep)
+    stateless_codes = stage.stateless_codes
 
     import multiprocessing
 
@@ -142,13 +145,13 @@ def scan_parallel(
     # A forked child must not use the tokenizer's thread pool that the parent may have started.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _inherited = scanner if method == "fork" else None
-    local = _stateless_scanner(scanner, scanner.config, stateless_codes)  # built before the fork
+    local = _stateless_scanner(type(scanner), scanner, scanner.config, stateless_codes)  # before the fork
     workers = jobs - 1
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
-        initargs=(scanner.config, stateless_codes),
+        initargs=(type(scanner), scanner.config, stateless_codes),
     )
     chunks = chain(head, chunks)
     pending: deque[tuple[Chunk, Future | list]] = deque()
@@ -159,15 +162,7 @@ def scan_parallel(
             pending.append((chunk, pool.submit(_run_chunk, chunk)))
 
     def merge(result: RowResult, findings: tuple[Finding, ...], reload) -> RowOutcome:
-        if stateful:
-            extra = tuple(
-                finding
-                for rule in stateful
-                for finding in rule.check(result, scanner.context)
-                if scanner.keep(finding)
-            )
-            if extra:
-                findings = tuple(sorted(findings + extra, key=lambda f: order.get(f.code, 0)))
+        findings = stage.merge(result, findings)
         if findings and reload is not None:  # a row with findings is kept whole (reports, thumbnails)
             result, reload = evolve(result, sample=reload()), None
         return RowOutcome(scanner.retained(result, findings), findings, reload)

@@ -20,10 +20,11 @@ always the string `processor.apply_chat_template` would produce.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from vlmlint.records import Message, Part, Role
-from vlmlint.templates import TemplateLimit
+from vlmlint.templates import TemplateLimit, render
 
 Shape = tuple[tuple[str, tuple[bool, ...]], ...]
 Renderer = Callable[[Sequence[Message]], str]
@@ -172,3 +173,47 @@ class ShapeCache:
                 if layout.fill(texts) != full:
                     return False
         return True
+
+
+def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Messages as processor.apply_chat_template receives them: typed parts, images in place.
+
+    Video and audio parts are left out: vlmlint does not count them yet (VLM109), so the text is
+    what the row gives without them and its lengths are lower bounds.
+    """
+    return [
+        {
+            "role": message.role.value,
+            "content": [
+                {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
+                for part in message.parts
+            ],
+        }
+        for message in without_media(messages)  # no video or audio part is left in these
+    ]
+
+
+def without_media(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """The messages without their video and audio parts (the same tuple when they have none)."""
+    messages = tuple(messages)
+    if not any(part.media for message in messages for part in message.parts):
+        return messages
+    return tuple(Message(m.role, _merged(p for p in m.parts if not p.media)) for m in messages)
+
+
+def _merged(parts: Iterable[Part]) -> tuple[Part, ...]:
+    """Adjacent text parts joined, as the text was before a media placeholder split it."""
+    out: list[Part] = []
+    for part in parts:
+        if out and not part.is_image and not out[-1].is_image:
+            out[-1] = Part(text=out[-1].text + part.text)
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def render_conversation(
+    template: str, messages: Iterable[Message], generation_prompt: bool, special_tokens: Mapping[str, Any]
+) -> str:
+    """One full jinja render of a conversation, exactly as processor.apply_chat_template does it."""
+    return render(template, conversation_for_template(messages), generation_prompt, **special_tokens)

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from vlmlint.records import Message, Role
+from vlmlint.template_cache import render_conversation
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
@@ -126,14 +127,8 @@ def _render(scanner: Scanner, messages: tuple[Message, ...], generation_prompt: 
     if scanner.template is None:
         text = scanner.render(messages) if messages else ""
         return text + "\n" if generation_prompt and messages else text
-    from vlmlint.engine import conversation_for_template
-    from vlmlint.templates import render
-
-    return render(
-        scanner.template,
-        conversation_for_template(messages),
-        generation_prompt,
-        **scanner.model.tokenizer.special_tokens_map,
+    return render_conversation(
+        scanner.template, messages, generation_prompt, scanner.model.tokenizer.special_tokens_map
     )
 
 

@@ -78,6 +78,9 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     severity: ClassVar[Severity]
+    # A rule that compares rows (duplicate ids) must see every row, in dataset order: the executors
+    # run it in one merge stage, never in a worker that sees only some rows. It resets per scan.
+    compares_rows: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -87,6 +90,8 @@ class Rule:
         missing = [s for s in _SECTIONS if s not in doc]
         if missing:
             raise TypeError(f"{cls.__name__}: docstring lacks {', '.join(missing)}")
+        if cls.reset is not Rule.reset and not cls.compares_rows:
+            raise TypeError(f"{cls.__name__}: a rule that keeps state between rows sets compares_rows = True")
 
     @classmethod
     def summary(cls) -> str:

@@ -307,6 +307,7 @@ class DuplicateId(Rule):
     code = "VLM107"
     name = "duplicate-id"
     severity = Severity.WARNING
+    compares_rows = True
 
     def __init__(self) -> None:
         self.reset()
