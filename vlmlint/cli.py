@@ -19,6 +19,7 @@ from rich.console import Console
 
 from vlmlint.report.formats import FORMAT_NAMES
 from vlmlint.rules import ALL_RULES, RULES_BY_CODE
+from vlmlint.settings import SETTINGS, Setting
 from vlmlint.version import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -108,6 +109,26 @@ class _Bar:
         self.progress.advance(self.task)
 
 
+def _option(setting: Setting, help: str | None = None):
+    """A setting's typer option (vlmlint/settings.py: its flags and help): None when not given."""
+    kind = {"bool": bool, "whole": int, "severity": FailLevel}.get(setting.check, str)
+    if setting.check in ("thresholds", "pipeline_options"):  # KEY=VALUE, repeatable
+        kind = list[str]
+    extra = {"min": setting.bounds[0]} if setting.check == "whole" else {}
+    return Annotated[kind | None, typer.Option(*setting.flags, help=help or setting.help, **extra)]
+
+
+# The setting options of scan and stats, and of config (the same flags, helped "As for scan.").
+_OPTION = SimpleNamespace(**{s.param: _option(s) for s in SETTINGS if s.param})
+_AS_SCAN = SimpleNamespace(
+    **{
+        s.param: _option(s, "As for scan: NAME=VALUE." if s.param == "threshold" else "As for scan.")
+        for s in SETTINGS
+        if s.param
+    }
+)
+
+
 @app.command()
 def scan(
     datasets: Annotated[
@@ -119,74 +140,22 @@ def scan(
             show_default=False,
         ),
     ],
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Processor folder, built-in profile ('vlmlint models') or Hugging Face hub id "
-            "(default: the qwen2-vl profile).",
-        ),
-    ] = None,
-    layout: Annotated[
-        str | None,
-        typer.Option(help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized."),
-    ] = None,
-    image_root: Annotated[
-        str | None, typer.Option(help="Folder that relative image paths are resolved against.")
-    ] = None,
-    split: Annotated[
-        str | None, typer.Option(help="Split of a Hugging Face dataset (default: train).")
-    ] = None,
-    streaming: Annotated[
-        bool | None, typer.Option("--streaming", help="Stream a hub dataset instead of downloading it.")
-    ] = None,
-    max_length: Annotated[
-        int | None,
-        typer.Option(help="Maximum sequence length (default: the model's max_position_embeddings).", min=1),
-    ] = None,
-    truncation_side: Annotated[
-        str | None, typer.Option(help="Where your trainer cuts rows longer than --max-length: right or left.")
-    ] = None,
-    exact: Annotated[
-        bool | None,
-        typer.Option("--exact", help="Decode every image and run the model's real image processor."),
-    ] = None,
-    chat_template: Annotated[
-        bool | None,
-        typer.Option(
-            "--chat-template/--no-chat-template",
-            help="Render rows with the model's chat template (default), or count the raw text.",
-        ),
-    ] = None,
-    add_generation_prompt: Annotated[
-        bool | None,
-        typer.Option(
-            "--add-generation-prompt", help="Render with add_generation_prompt=True (eval prompts)."
-        ),
-    ] = None,
-    trust_remote_code: Annotated[
-        bool | None,
-        typer.Option("--trust-remote-code", help="Allow processors that run code from the model repository."),
-    ] = None,
-    allow_remote: Annotated[
-        bool | None, typer.Option("--allow-remote", help="Fetch http(s) images (never done otherwise).")
-    ] = None,
-    allow_outside_root: Annotated[
-        bool | None,
-        typer.Option("--allow-outside-root", help="Read images whose path leaves the dataset folder."),
-    ] = None,
-    select: Annotated[
-        str | None,
-        typer.Option(help="Only these rule codes or prefixes, comma-separated (e.g. VLM3,VLM401)."),
-    ] = None,
-    ignore: Annotated[
-        str | None, typer.Option(help="Skip these rule codes or prefixes, comma-separated.")
-    ] = None,
-    threshold: Annotated[
-        list[str] | None,
-        typer.Option(help="Set a rule threshold, NAME=VALUE (repeatable); see 'vlmlint config'."),
-    ] = None,
+    model: _OPTION.model = None,
+    layout: _OPTION.layout = None,
+    image_root: _OPTION.image_root = None,
+    split: _OPTION.split = None,
+    streaming: _OPTION.streaming = None,
+    max_length: _OPTION.max_length = None,
+    truncation_side: _OPTION.truncation_side = None,
+    exact: _OPTION.exact = None,
+    chat_template: _OPTION.chat_template = None,
+    add_generation_prompt: _OPTION.add_generation_prompt = None,
+    trust_remote_code: _OPTION.trust_remote_code = None,
+    allow_remote: _OPTION.allow_remote = None,
+    allow_outside_root: _OPTION.allow_outside_root = None,
+    select: _OPTION.select = None,
+    ignore: _OPTION.ignore = None,
+    threshold: _OPTION.threshold = None,
     config_file: Annotated[
         str | None,
         typer.Option(
@@ -208,10 +177,7 @@ def scan(
     all_rows: Annotated[
         bool, typer.Option(help="With --format jsonl: one line per row (counts and codes), not per finding.")
     ] = False,
-    fail_on: Annotated[
-        FailLevel | None,
-        typer.Option(help="Exit 1 when a finding is at or above this severity (default error)."),
-    ] = None,
+    fail_on: _OPTION.fail_on = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
     verify: Annotated[
@@ -239,30 +205,10 @@ def scan(
         str | None,
         typer.Option(help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local instance)."),
     ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs",
-            "-j",
-            help="Processes that scan, this one included (default 0: as many as keep every core busy; 1: this process only).",
-            min=0,
-        ),
-    ] = None,
-    pipeline: Annotated[
-        str | None,
-        typer.Option(
-            help="Predict what this trainer does to each row: hf (the raw processor, default), "
-            "llamafactory, swift, trl."
-        ),
-    ] = None,
-    pipeline_option: Annotated[
-        list[str] | None,
-        typer.Option(help="A trainer setting, KEY=VALUE (repeatable), e.g. cutoff_len=2048."),
-    ] = None,
-    dataset_name: Annotated[
-        str | None,
-        typer.Option("--dataset", help="With --pipeline llamafactory: the dataset_info.json entry to scan."),
-    ] = None,
+    jobs: _OPTION.jobs = None,
+    pipeline: _OPTION.pipeline = None,
+    pipeline_option: _OPTION.pipeline_option = None,
+    dataset_name: _OPTION.dataset_name = None,
     resume: Annotated[
         str | None,
         typer.Option(
@@ -276,7 +222,7 @@ def scan(
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
     flags = _flags(locals())
-    from vlmlint.report import row_record
+    from vlmlint.report.formats import EmitOptions, emitter
     from vlmlint.session import ScanSession, SessionError, Terminated, signal_exit, signal_name, signals_raise
 
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
@@ -289,17 +235,14 @@ def scan(
     except SessionError as exc:
         raise _fail(str(exc)) from None
     stdout = _OutputFile(output) if output else sys.stdout
+    emit = emitter(output_format.value, stdout, EmitOptions(all_rows=all_rows, table_rows=table_rows))
     pipe_closed = False  # the reader of stdout went away (`| head`): nothing more is written there
 
     def on_outcome(outcome) -> None:
         nonlocal pipe_closed
-        if output_format.value == "jsonl" and not pipe_closed:
+        if not pipe_closed:
             try:
-                if all_rows:
-                    stdout.write(dumps_line(row_record(outcome)))
-                else:
-                    for finding in outcome.findings:
-                        stdout.write(dumps_line(finding.to_dict()))
+                emit.row(outcome)  # jsonl writes its lines as the scan goes
             except BrokenPipeError:  # `| head`: the scan goes on for the exit code
                 pipe_closed = _silence(stdout)
 
@@ -312,7 +255,7 @@ def scan(
         with signals_raise():
             _write_reports(
                 stdout, result.summary, session.scanner, config, datasets, result.unreadable,
-                result.interrupted, baseline, report, output_format, all_rows, table_rows, pipe_closed,
+                result.interrupted, baseline, report, output_format, emit, pipe_closed,
             )  # fmt: skip
     except (KeyboardInterrupt, Terminated) as exc:
         name = signal_name(exc)
@@ -331,7 +274,7 @@ def scan(
 
 def _write_reports(
     stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
-    output_format, all_rows, table_rows, pipe_closed,
+    output_format, emit, pipe_closed,
 ) -> None:  # fmt: skip
     """The report on stdout (or -o) and in --report FILE; exit 2 on a target that cannot be written."""
     from vlmlint.fileio import OutputError
@@ -364,7 +307,7 @@ def _write_reports(
     if pipe_closed:
         return  # nobody reads stdout any more
     try:
-        _render(stdout, output_format.value, full_report, summary, scanner, config, table_rows)
+        _render(emit, output_format.value, full_report, summary, scanner, config)
     except BrokenPipeError:  # `| head`: the reader has what it wanted; exit as the report would
         _silence(stdout)
         return
@@ -377,52 +320,24 @@ def _write_reports(
             _silence(stdout)
 
 
-def _render(stdout, output_format, full_report, summary, scanner, config, table_rows) -> None:
+def _render(emit, output_format, full_report, summary, scanner, config) -> None:
     """The report in its format on stdout or -o (jsonl was streamed: only its incomplete record)."""
-    if output_format == "jsonl":
-        if full_report.get("incomplete"):  # the last line says the lines above are not all the rows
-            stdout.write(dumps_line({"incomplete": full_report["incomplete"]}))
-        return
-    if output_format == "text":
-        from vlmlint.report.safe import printable
-        from vlmlint.report.text import render_text
+    from vlmlint.report.formats import ReportInput
+    from vlmlint.report.safe import unicode_safe
 
-        # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
-        width = None if stdout.isatty() else int(os.environ.get("COLUMNS", 160))
-        render_text(
-            summary,
-            Console(file=stdout, width=width),
-            model_name=printable(config.model),
-            max_rows=table_rows,
-            text_tokens_estimated=scanner.model.text_tokens_estimated,
-            incomplete=full_report.get("incomplete"),
-            counted_by=scanner.model.counted_by(timing=True),
-        )
-    else:
-        from vlmlint.report.formats import ReportInput, render
-        from vlmlint.report.safe import unicode_safe
-
-        rendered = ReportInput(
-            report=full_report,
-            summary=summary,
-            model_name=unicode_safe(config.model),
-            text_tokens_estimated=scanner.model.text_tokens_estimated,
-            counted_by=scanner.model.counted_by(timing=True),
-        )
-        try:
-            if output_format == "json":  # streamed: findings may not fit in memory at once
-                from vlmlint.report.json_report import iter_report_bytes
-
-                for piece in iter_report_bytes(full_report):
-                    stdout.write(piece.decode())
-                stdout.write("\n")
-            else:
-                # unicode_safe: the last guard for a name's non-UTF-8 bytes, whatever the renderer did
-                stdout.write(unicode_safe(render(output_format, rendered)))
-        except BrokenPipeError:
-            raise
-        except Exception as exc:  # a renderer bug still ends with exit 2 and one line
-            raise _fail(f"internal error writing {output_format}: {type(exc).__name__}: {exc}") from None
+    rendered = ReportInput(
+        report=full_report,
+        summary=summary,
+        model_name=unicode_safe(config.model),
+        text_tokens_estimated=scanner.model.text_tokens_estimated,
+        counted_by=scanner.model.counted_by(timing=True),
+    )
+    try:
+        emit.finish(rendered)
+    except BrokenPipeError:
+        raise
+    except Exception as exc:  # a renderer bug still ends with exit 2 and one line
+        raise _fail(f"internal error writing {output_format}: {type(exc).__name__}: {exc}") from None
 
 
 class _OutputFile:
@@ -578,39 +493,22 @@ def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
     return parsed
 
 
-# The parameters of scan, stats and config that are settings: parameter -> ScanConfig field, and how
-# the flag's value becomes the setting's (a command lacking one gives None: the file's or the default).
-_FLAG_SETTINGS: dict[str, tuple[str, typing.Callable | None]] = {
-    "model": ("model", None),
-    "layout": ("layout", None),
-    "image_root": ("image_root", None),
-    "split": ("split", None),
-    "streaming": ("streaming", None),
-    "max_length": ("max_length", None),
-    "truncation_side": ("truncation_side", None),
-    "exact": ("exact", None),
-    "chat_template": ("use_chat_template", None),
-    "add_generation_prompt": ("add_generation_prompt", None),
-    "trust_remote_code": ("trust_remote_code", None),
-    "allow_remote": ("allow_remote", None),
-    "allow_outside_root": ("allow_outside_root", None),
-    "select": ("select", None),
-    "ignore": ("ignore", None),
-    "fail_on": ("fail_on", lambda level: level.value),
-    "threshold": ("thresholds", lambda values: _parse_thresholds(values)),
-    "jobs": ("jobs", None),
-    "pipeline": ("pipeline", None),
-    "pipeline_option": ("pipeline_options", lambda values: _parse_pipeline_options(values)),
-    "dataset_name": ("dataset_name", None),
+# How a flag's value becomes its setting's, by the setting's check (the rest are taken as they are).
+_FLAG_VALUE: dict[str, typing.Callable] = {
+    "severity": lambda level: level.value,
+    "thresholds": lambda values: _parse_thresholds(values),
+    "pipeline_options": lambda values: _parse_pipeline_options(values),
 }
 
 
 def _flags(params: dict) -> dict:
-    """A command's parameters as the flags build_config merges (None: the flag was not given)."""
+    """A command's parameters as the flags build_config merges, by the settings table (None: not given)."""
     flags = {}
-    for param, (name, parse) in _FLAG_SETTINGS.items():
-        value = params.get(param)
-        flags[name] = parse(value) if parse is not None and value is not None else value
+    for setting in SETTINGS:
+        if setting.param is not None:
+            value = params.get(setting.param)
+            parse = _FLAG_VALUE.get(setting.check)
+            flags[setting.name] = parse(value) if parse is not None and value is not None else value
     return flags
 
 
@@ -674,12 +572,6 @@ def _write_baseline(path: str, findings) -> None:
     _say(f"vlmlint: wrote {written} finding(s) to baseline {path}")
 
 
-def dumps_line(record: dict) -> str:
-    from vlmlint.report.safe import dumps_safe
-
-    return dumps_safe(record).decode() + "\n"  # a file name's non-UTF-8 bytes shown as \\xNN
-
-
 # Why: `vlmlint stats` takes scan's model and dataset options as they are (same flags, same help).
 _SCAN = SimpleNamespace(**typing.get_type_hints(scan, include_extras=True))
 
@@ -694,18 +586,18 @@ def stats(
     dataset: Annotated[
         str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
     ],
-    model: _SCAN.model = None,
-    layout: _SCAN.layout = None,
-    image_root: _SCAN.image_root = None,
-    split: _SCAN.split = None,
-    streaming: _SCAN.streaming = None,
-    max_length: _SCAN.max_length = None,
-    exact: _SCAN.exact = None,
-    chat_template: _SCAN.chat_template = None,
-    add_generation_prompt: _SCAN.add_generation_prompt = None,
-    trust_remote_code: _SCAN.trust_remote_code = None,
-    allow_remote: _SCAN.allow_remote = None,
-    allow_outside_root: _SCAN.allow_outside_root = None,
+    model: _OPTION.model = None,
+    layout: _OPTION.layout = None,
+    image_root: _OPTION.image_root = None,
+    split: _OPTION.split = None,
+    streaming: _OPTION.streaming = None,
+    max_length: _OPTION.max_length = None,
+    exact: _OPTION.exact = None,
+    chat_template: _OPTION.chat_template = None,
+    add_generation_prompt: _OPTION.add_generation_prompt = None,
+    trust_remote_code: _OPTION.trust_remote_code = None,
+    allow_remote: _OPTION.allow_remote = None,
+    allow_outside_root: _OPTION.allow_outside_root = None,
     config_file: _SCAN.config_file = None,
     output_format: Annotated[
         StatsFormat, typer.Option("--format", "-f", help="text (histograms) or json (for CI).")
@@ -781,31 +673,25 @@ def show_config(
     config_file: Annotated[
         str | None, typer.Option("--config", help="A vlmlint.toml or pyproject.toml.")
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="As for scan.")] = None,
-    max_length: Annotated[int | None, typer.Option(help="As for scan.", min=1)] = None,
-    truncation_side: Annotated[str | None, typer.Option(help="As for scan.")] = None,
-    select: Annotated[str | None, typer.Option(help="As for scan.")] = None,
-    ignore: Annotated[str | None, typer.Option(help="As for scan.")] = None,
-    fail_on: Annotated[FailLevel | None, typer.Option(help="As for scan.")] = None,
-    threshold: Annotated[list[str] | None, typer.Option(help="As for scan: NAME=VALUE.")] = None,
-    image_root: Annotated[str | None, typer.Option(help="As for scan.")] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="As for scan.", min=0)] = None,
-    trust_remote_code: Annotated[
-        bool | None, typer.Option("--trust-remote-code", help="As for scan.")
-    ] = None,
-    allow_remote: Annotated[bool | None, typer.Option("--allow-remote", help="As for scan.")] = None,
-    allow_outside_root: Annotated[
-        bool | None, typer.Option("--allow-outside-root", help="As for scan.")
-    ] = None,
+    model: _AS_SCAN.model = None,
+    max_length: _AS_SCAN.max_length = None,
+    truncation_side: _AS_SCAN.truncation_side = None,
+    select: _AS_SCAN.select = None,
+    ignore: _AS_SCAN.ignore = None,
+    fail_on: _AS_SCAN.fail_on = None,
+    threshold: _AS_SCAN.threshold = None,
+    image_root: _AS_SCAN.image_root = None,
+    jobs: _AS_SCAN.jobs = None,
+    trust_remote_code: _AS_SCAN.trust_remote_code = None,
+    allow_remote: _AS_SCAN.allow_remote = None,
+    allow_outside_root: _AS_SCAN.allow_outside_root = None,
 ) -> None:
     """Print the effective settings (defaults < config file < flags), each with where it came from.
 
     A config file found by search is refused as scan refuses it when it relaxes safety.
     """
     flags = _flags(locals())
-    from dataclasses import fields
-
-    from vlmlint.config import THRESHOLDS, ScanConfig
+    from vlmlint.config import THRESHOLDS
 
     config, path, settings = _config_with_sources(".", flags, config_file)
 
@@ -821,10 +707,10 @@ def show_config(
     else:
         print(f"# config file: {path} (found by search: it cannot relax safety)")
     print("# setting = value  # where it comes from: default, file or flag")
-    for item in fields(ScanConfig):
-        if item.name not in ("dataset", "batch_size", "config_root", "thresholds"):
-            value = _shown(getattr(config, item.name))
-            print(f"{item.name} = {value!r}  # {origin(item.name, settings, flags)}")
+    for setting in SETTINGS:  # a config file's settings, in ScanConfig's order; thresholds below
+        if setting.in_file and setting.check != "thresholds":
+            value = _shown(getattr(config, setting.name))
+            print(f"{setting.name} = {value!r}  # {origin(setting.name, settings, flags)}")
     print("# thresholds: name = value  # where it comes from: meaning")
     file_thresholds = {k.replace("-", "_"): v for k, v in (settings.get("thresholds") or {}).items()}
     flag_thresholds = {k.replace("-", "_"): v for k, v in (flags["thresholds"] or {}).items()}

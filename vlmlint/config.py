@@ -24,6 +24,15 @@ from types import MappingProxyType
 from typing import Any
 
 from vlmlint.records import Severity
+from vlmlint.settings import (  # noqa: F401 (MAX_*: where they were)
+    FILE_KEYS,
+    MAX_BATCH_SIZE,
+    MAX_JOBS,
+    MAX_LENGTH_LIMIT,
+    SAFETY_SWITCHES,
+    SETTINGS_BY_NAME,
+    Setting,
+)
 
 # Rule thresholds: name -> (default, what it means). Rules read them from the RuleContext, never as literals.
 THRESHOLDS: dict[str, tuple[float, str]] = {
@@ -62,28 +71,7 @@ THRESHOLD_RANGES: dict[str, tuple[float, float, bool, bool]] = {
 WORK_BOUNDS = ("bomb_pixels", "max_text_chars")
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file larger than this is refused before it is parsed
-MAX_LENGTH_LIMIT = 1 << 24  # the largest --max-length / max-length (16M tokens)
-MAX_JOBS = 256  # the most processes --jobs or jobs may ask for
-MAX_BATCH_SIZE = 1 << 20  # rows per batch (the Python API's batch-size)
 MAX_SETTING_CHARS = 4096  # a string setting (a path, hub id, split, glob) longer than PATH_MAX is refused
-
-# Switches a found config file cannot turn on: key -> the flag that can.
-SAFETY_SWITCHES = {
-    "trust_remote_code": "--trust-remote-code",
-    "allow_remote": "--allow-remote",
-    "allow_outside_root": "--allow-outside-root",
-}
-_BOOLEANS = ("streaming", "exact", "use_chat_template", "add_generation_prompt", *SAFETY_SWITCHES)
-_TEXTS = ("model", "image_root", "split", "dataset_name", "config_root")  # free text: paths, ids, names
-_OPTIONAL = (
-    "model",
-    "layout",
-    "image_root",
-    "split",
-    "max_length",
-    "dataset_name",
-    "config_root",
-)  # None: default
 _CODE = re.compile(r"VLM[0-9]{0,3}")
 
 
@@ -230,7 +218,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         if name in settings:
             raise ConfigError(f"{path}: {_key(name)} is given twice (as - and as _)")
         settings[name] = value
-    known = {f.name for f in fields(ScanConfig)} - {"dataset", "batch_size", "config_root"}
+    known = FILE_KEYS
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(
@@ -342,51 +330,62 @@ def check_threshold(name: Any, value: Any) -> float:
 
 def check_setting(name: str, value: Any) -> Any:
     """One setting's value checked and normalized; a ConfigError names the key. None: the default."""
-    if value is None and name in _OPTIONAL:
+    setting = SETTINGS_BY_NAME.get(name)
+    if setting is None:
+        return value  # dataset, and fields only a Python caller sets
+    if value is None and setting.optional:
         return None
-    if name in _BOOLEANS:
-        if not isinstance(value, bool):
-            raise ConfigError(
-                f"{_key(name)} must be true or false (a TOML boolean, unquoted), got {_short(value)}"
-            )
-        return value
-    if name in _TEXTS:
-        return _text(name, value)
-    if name == "layout":
-        from vlmlint.readers.layouts import LAYOUTS
+    return _CHECKS[setting.check](setting, value)
 
-        return _choice(name, value, LAYOUTS)
-    if name == "truncation_side":
-        return _choice(name, value, ("right", "left"))
-    if name == "pipeline":
-        from vlmlint.pipelines import PIPELINES
 
-        if not isinstance(value, str) or value not in PIPELINES:  # worded as vlmlint.pipelines words it
-            raise ConfigError(f"unknown --pipeline {_short(value)}; known: {', '.join(PIPELINES)}")
+def _boolean(setting: Setting, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"{setting.key} must be true or false (a TOML boolean, unquoted), got {_short(value)}"
+        )
+    return value
+
+
+def _layout(setting: Setting, value: Any) -> str:
+    from vlmlint.readers.layouts import LAYOUTS
+
+    return _choice(setting.name, value, LAYOUTS)
+
+
+def _pipeline(setting: Setting, value: Any) -> str:
+    from vlmlint.pipelines import PIPELINES
+
+    if not isinstance(value, str) or value not in PIPELINES:  # worded as vlmlint.pipelines words it
+        raise ConfigError(f"unknown --pipeline {_short(value)}; known: {', '.join(PIPELINES)}")
+    return value
+
+
+def _severity(setting: Setting, value: Any) -> Severity:
+    if isinstance(value, Severity):
         return value
-    if name == "fail_on":
-        if isinstance(value, Severity):
-            return value
-        return Severity(_choice(name, value, tuple(level.value for level in Severity)))
-    if name == "max_length":
-        return _whole(name, value, 1, MAX_LENGTH_LIMIT)
-    if name == "jobs":
-        return _whole(name, value, 0, MAX_JOBS)  # 0: chosen for the model and cores (runner.default_jobs)
-    if name == "batch_size":
-        return _whole(name, value, 1, MAX_BATCH_SIZE)
-    if name in ("select", "ignore"):
-        return _codes(value, _key(name))
-    if name == "per_source_ignores":
-        return _per_source_ignores(value)
-    if name == "pipeline_options":
-        return _pipeline_options(value)
-    if name == "thresholds":
-        if not isinstance(value, Mapping):
-            raise ConfigError(
-                f"thresholds must be a table {{ near-limit-share = 0.85 }}, got {_short(value)}"
-            )
-        return {str(key).replace("-", "_"): check_threshold(key, item) for key, item in value.items()}
-    return value  # dataset, and fields only a Python caller sets
+    return Severity(_choice(setting.name, value, tuple(level.value for level in Severity)))
+
+
+def _thresholds(setting: Setting, value: Any) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"thresholds must be a table {{ near-limit-share = 0.85 }}, got {_short(value)}")
+    return {str(key).replace("-", "_"): check_threshold(key, item) for key, item in value.items()}
+
+
+# Setting.check -> how a value of that kind is checked (vlmlint/settings.py says which kind each is)
+_CHECKS = {
+    "bool": _boolean,
+    "text": lambda setting, value: _text(setting.name, value),
+    "choice": lambda setting, value: _choice(setting.name, value, setting.bounds),
+    "layout": _layout,
+    "pipeline": _pipeline,
+    "severity": _severity,
+    "whole": lambda setting, value: _whole(setting.name, value, *setting.bounds),
+    "codes": lambda setting, value: _codes(value, setting.key),
+    "per_source_ignores": lambda setting, value: _per_source_ignores(value),
+    "pipeline_options": lambda setting, value: _pipeline_options(value),
+    "thresholds": _thresholds,
+}
 
 
 def _pipeline_options(value: Any) -> Mapping[str, Any]:
