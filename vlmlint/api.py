@@ -25,11 +25,11 @@ import math
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from vlmlint.config import ConfigError, ScanConfig, build_config
 from vlmlint.records import Finding, Severity
+from vlmlint.settings import SETTINGS_BY_NAME
 
 if TYPE_CHECKING:
     from vlmlint.engine import Scanner
@@ -51,7 +51,7 @@ def scan_config(config: ScanConfig | Mapping[str, Any] | None = None) -> ScanCon
     if isinstance(config, ScanConfig):
         return config
     settings = {str(key).replace("-", "_"): value for key, value in dict(config or {}).items()}
-    known = {item.name for item in fields(ScanConfig)} - {"dataset"}
+    known = set(SETTINGS_BY_NAME)  # every ScanConfig setting (vlmlint/settings.py), not just a file's
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
