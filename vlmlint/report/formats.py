@@ -1,8 +1,9 @@
-"""Whole-report output formats: one explicit registry of name -> renderer module.
+"""Output formats: one protocol (Emitter) and one explicit registry of name -> emitter.
 
-Every renderer is a pure function `render(report: ReportInput) -> str`; the CLI writes the string to
-stdout or to `-o FILE`. `text` (rich) and `jsonl` (streamed while scanning) are handled by the CLI
-itself because they are written as the scan goes or need a live console.
+An emitter writes its format to a text stream (stdout or `-o FILE`): `row(outcome)` for each row as
+the scan goes (jsonl streams them; most formats ignore it), then `finish(report)` once the scan is
+done. A format written whole at the end may instead be a plain `render(report) -> str` function,
+which the registry wraps (WholeReport). Adding a format: its module, and one line here.
 """
 
 from __future__ import annotations
@@ -10,26 +11,30 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 from vlmlint.aggregate import Summary
+from vlmlint.records import RowOutcome
+from vlmlint.report.safe import unicode_safe
 
-# name -> "module:function". Modules are imported only when their format is asked for.
-RENDERERS: dict[str, str] = {
-    "json": "vlmlint.report.json_report:render",
+# name -> "module:Emitter class" or "module:render function". Imported only when its format is asked for;
+# the order is the one `--format` lists.
+EMITTERS: dict[str, str] = {
+    "text": "vlmlint.report.text:TextEmitter",
+    "json": "vlmlint.report.json_report:JsonEmitter",
+    "jsonl": "vlmlint.report.json_report:JsonlEmitter",
     "sarif": "vlmlint.report.sarif:render",
     "github": "vlmlint.report.github:render",
     "junit": "vlmlint.report.junit:render",
     "gitlab": "vlmlint.report.gitlab:render",
     "html": "vlmlint.report.html:render",
 }
-STREAMED_FORMATS = ("text", "jsonl")
-FORMAT_NAMES: tuple[str, ...] = ("text", "json", "jsonl", *[n for n in RENDERERS if n != "json"])
+FORMAT_NAMES: tuple[str, ...] = tuple(EMITTERS)
 
 
 @dataclass(frozen=True)
 class ReportInput:
-    """Everything a renderer may use: the finished JSON report and the live summary behind it."""
+    """Everything a format may use: the finished JSON report and the live summary behind it."""
 
     report: dict[str, Any]  # build_report(...): vlmlint_version, model, settings, summary, findings
     summary: Summary  # flagged rows with their samples (image paths for thumbnails), raw distributions
@@ -38,9 +43,56 @@ class ReportInput:
     counted_by: str | None = None  # Model.counted_by(): formula (family X) or real processor (fallback)
 
 
+@dataclass(frozen=True)
+class EmitOptions:
+    """The scan's output options that some formats read."""
+
+    all_rows: bool = False  # jsonl: one line per row (counts and codes), not per finding
+    table_rows: int = 200  # text: the most findings the table shows
+
+
+class Emitter(Protocol):
+    def __init__(self, stream: TextIO, options: EmitOptions) -> None: ...
+
+    def row(self, outcome: RowOutcome) -> None:
+        """One scanned row, in dataset order, as the scan goes."""
+
+    def finish(self, report: ReportInput) -> None:
+        """The whole report, once the scan is done (or interrupted: report.report["incomplete"])."""
+
+
+class WholeReport:
+    """A format rendered whole at the end by its module's `render(report) -> str`."""
+
+    def __init__(self, name: str, stream: TextIO) -> None:
+        self.name = name
+        self.stream = stream
+
+    def row(self, outcome: RowOutcome) -> None:
+        pass
+
+    def finish(self, report: ReportInput) -> None:
+        # unicode_safe: the last guard for a name's non-UTF-8 bytes, whatever the renderer did
+        self.stream.write(unicode_safe(render(self.name, report)))
+
+
+def _target(name: str) -> Any:
+    module_name, _, attribute = EMITTERS[name].partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def emitter(name: str, stream: TextIO, options: EmitOptions) -> Emitter:
+    """The emitter of format `name`, writing to `stream`."""
+    target = _target(name)
+    return target(stream, options) if isinstance(target, type) else WholeReport(name, stream)
+
+
 def renderer(name: str) -> Callable[[ReportInput], str]:
-    module_name, _, function = RENDERERS[name].partition(":")
-    return getattr(importlib.import_module(module_name), function)
+    """A whole-report format's render function (not text, json nor jsonl, which are emitters)."""
+    target = _target(name)
+    if isinstance(target, type):
+        raise KeyError(f"{name} is written by an emitter, not rendered whole")
+    return target
 
 
 def render(name: str, report: ReportInput) -> str:

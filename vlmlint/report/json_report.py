@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
@@ -14,6 +14,7 @@ from vlmlint.version import __version__
 
 if TYPE_CHECKING:  # the settings layer sits above the report: only its shape is read here
     from vlmlint.config import ScanConfig
+    from vlmlint.report.formats import EmitOptions, ReportInput
 
 
 def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any]:
@@ -133,6 +134,46 @@ def _fate_record(fate: Any) -> dict[str, Any] | None:
 def render(report) -> str:
     """The `json` format: the whole report, indented (report is a formats.ReportInput)."""
     return b"".join(iter_report_bytes(report.report)).decode() + "\n"
+
+
+def dumps_line(record: dict) -> str:
+    """One JSONL line; a file name's non-UTF-8 bytes shown as \\xNN."""
+    return dumps_safe(record).decode() + "\n"
+
+
+class JsonEmitter:
+    """`json`: the whole report, indented, streamed (findings may not fit in memory at once)."""
+
+    def __init__(self, stream: TextIO, options: EmitOptions) -> None:
+        self.stream = stream
+
+    def row(self, outcome: RowOutcome) -> None:
+        pass
+
+    def finish(self, report: ReportInput) -> None:
+        for piece in iter_report_bytes(report.report):
+            self.stream.write(piece.decode())
+        self.stream.write("\n")
+
+
+class JsonlEmitter:
+    """`jsonl`: one line per finding (or per row, with all_rows) as the scan goes; an interrupted
+    scan's last line says the lines above are not all the rows."""
+
+    def __init__(self, stream: TextIO, options: EmitOptions) -> None:
+        self.stream = stream
+        self.all_rows = options.all_rows
+
+    def row(self, outcome: RowOutcome) -> None:
+        if self.all_rows:
+            self.stream.write(dumps_line(row_record(outcome)))
+        else:
+            for finding in outcome.findings:
+                self.stream.write(dumps_line(finding.to_dict()))
+
+    def finish(self, report: ReportInput) -> None:
+        if report.report.get("incomplete"):
+            self.stream.write(dumps_line({"incomplete": report.report["incomplete"]}))
 
 
 def dumps(data: Any) -> bytes:

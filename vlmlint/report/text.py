@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, TextIO
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -9,6 +12,10 @@ from rich.text import Text
 from vlmlint.aggregate import Summary, percentiles
 from vlmlint.records import Severity
 from vlmlint.report.safe import printable
+
+if TYPE_CHECKING:
+    from vlmlint.records import RowOutcome
+    from vlmlint.report.formats import EmitOptions, ReportInput
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -126,3 +133,27 @@ def render_text(
             console.print(Text(f"  {code} {name}: {count}", style=_STYLE[severity]))
     else:
         console.print(Text("no findings", style="green"))
+
+
+class TextEmitter:
+    """`text`: the findings table and the summary, through rich (written once the scan is done)."""
+
+    def __init__(self, stream: TextIO, options: EmitOptions) -> None:
+        self.stream = stream
+        self.max_rows = options.table_rows
+
+    def row(self, outcome: RowOutcome) -> None:
+        pass
+
+    def finish(self, report: ReportInput) -> None:
+        # Piped output keeps whole lines: rich would otherwise wrap the table at 80 columns.
+        width = None if self.stream.isatty() else int(os.environ.get("COLUMNS", 160))
+        render_text(
+            report.summary,
+            Console(file=self.stream, width=width),
+            model_name=printable(report.model_name),
+            max_rows=self.max_rows,
+            text_tokens_estimated=report.text_tokens_estimated,
+            incomplete=report.report.get("incomplete"),
+            counted_by=report.counted_by,
+        )
