@@ -437,7 +437,20 @@ def render(report) -> str:
     )
     out.append("</div>")
 
-    # Findings: one table row per finding, with its dataset row's images.
+    _findings_section(out, summary, settings, names, total_findings)
+
+    # Model and settings last: reference material, not the headline.
+    out.append('<h2 id="settings">Model and settings</h2><div class="grid"><section>')
+    out.append(_kv_table([(k, v) for k, v in model.items()]))
+    out.append("</section><section>")
+    out.append(_kv_table([(k, v) for k, v in settings.items()]))
+    out.append("</section></div>")
+    out.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    return "\n".join(out)
+
+
+def _findings_section(out: list[str], summary, settings: dict[str, Any], names, total_findings: int) -> None:
+    """Findings: one table row per finding, with its dataset row's images."""
     out.append(f'<h2 id="findings-title">Findings ({total_findings})</h2>')
     if summary.flagged:
         out.append(_filters(summary.by_code, names))
@@ -478,15 +491,6 @@ def render(report) -> str:
             )
     else:
         out.append('<p class="muted">no findings</p>')
-
-    # Model and settings last: reference material, not the headline.
-    out.append('<h2 id="settings">Model and settings</h2><div class="grid"><section>')
-    out.append(_kv_table([(k, v) for k, v in model.items()]))
-    out.append("</section><section>")
-    out.append(_kv_table([(k, v) for k, v in settings.items()]))
-    out.append("</section></div>")
-    out.append(f"<script>{_SCRIPT}</script></body></html>\n")
-    return "\n".join(out)
 
 
 def _filters(by_code, names: dict[str, str]) -> str:
