@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,13 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
     return (f"{prefix}ImageProcessor", f"{prefix}ImageProcessorFast", f"{prefix}ImageProcessorPil")
 
 
+# The Family fields a family module provides as functions of the same name (Family.define).
+_MODULE_HOOKS = (
+    "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
+    "resized_copies", "shrink_hint",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -171,6 +179,19 @@ class Family:
     # (height, width, area limit, settings) -> the fix hint for an image the processor shrinks by more
     # than the limit, naming the family's setting; None (or a None result): the generic hints.
     shrink_hint: Callable[[int, int, float, Any], str | None] | None = None
+
+    @classmethod
+    def define(cls, module: str, **fields: Any) -> Family:
+        """The family of the module named `module`, its hooks found by name: a family module's
+        settings_from, count, count_exact, expand (and, where it has them, compose, position_span,
+        size_knob, resized_copies, shrink_hint) are its functions of those names. `raw_image_prompt`
+        defaults to the placeholder."""
+        namespace = vars(sys.modules[module])
+        for hook in _MODULE_HOOKS:
+            if hook not in fields and callable(namespace.get(hook)):
+                fields[hook] = namespace[hook]
+        fields.setdefault("raw_image_prompt", fields["placeholder"])
+        return cls(**fields)
 
     def bound(self, settings: Any) -> Family:
         """This family with the placeholder its settings read from the processor, where they name one."""

@@ -235,18 +235,8 @@ def resized_copies(grid: tuple[int, ...]) -> int:
     return 1
 
 
-FAMILY = Family(
-    name="gemma3",
-    title="Gemma 3",
-    processor_classes=("Gemma3Processor",),
-    image_processor_types=image_processor_types("Gemma3"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
-    size_knob=size_knob,
+FAMILY = Family.define(
+    __name__, name="gemma3", title="Gemma 3", processor_classes=("Gemma3Processor",),
+    image_processor_types=image_processor_types("Gemma3"), placeholder=PLACEHOLDER,
     marker_tokens=("<start_of_image>", "<image_soft_token>"),
-    resized_copies=resized_copies,
-)
+)  # fmt: skip

@@ -226,19 +226,11 @@ def size_knob(settings: Any) -> Knob | str:
     )
 
 
-FAMILY = Family(
-    name="idefics3",
-    title="Idefics3 / SmolVLM",
+# Idefics3Processor.__call__ finds each image's text by its first and last character
+# (char_to_token(end - 1)) and fails when a cut removes the last one.
+FAMILY = Family.define(
+    __name__, name="idefics3", title="Idefics3 / SmolVLM",
     processor_classes=("Idefics3Processor", "SmolVLMProcessor"),
     image_processor_types=image_processor_types("Idefics3") + image_processor_types("SmolVLM"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
-    size_knob=size_knob,
-    # Idefics3Processor.__call__ finds each image's text by its first and last character
-    # (char_to_token(end - 1)) and fails when a cut removes the last one.
-    checks_image_span=True,
-)
+    placeholder=PLACEHOLDER, checks_image_span=True,
+)  # fmt: skip

@@ -187,20 +187,13 @@ def expand(count: ImageCount, settings: InternVLSettings) -> Expansion:
     return (START_IMAGE_TOKEN, Run(PLACEHOLDER, count.tokens), END_IMAGE_TOKEN)
 
 
-FAMILY = Family(
-    name="internvl",
-    title="InternVL (transformers-native)",
-    processor_classes=(PROCESSOR_CLASS,),
-    image_processor_types=image_processor_types("GotOcr2"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER + "\n",
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
+FAMILY = Family.define(
+    __name__, name="internvl", title="InternVL (transformers-native)",
+    processor_classes=(PROCESSOR_CLASS,), image_processor_types=image_processor_types("GotOcr2"),
+    placeholder=PLACEHOLDER, raw_image_prompt=PLACEHOLDER + "\n",
     size_knob=no_knob(
         "max_patches bounds the tiles per image, but vlmlint stats does not search it yet; only the "
         "max length is recommended"
     ),
     marker_tokens=("<IMG_CONTEXT>", "<img>"),
-)
+)  # fmt: skip

@@ -220,19 +220,11 @@ def expand(count: ImageCount, settings: LlavaSettings) -> Expansion:
     return (Run(PLACEHOLDER, count.tokens),)
 
 
-FAMILY = Family(
-    name="llava",
-    title="LLaVA-1.5",
-    processor_classes=("LlavaProcessor",),
-    # CLIPImageProcessor / SiglipImageProcessor belong to plain vision encoders too: a LLaVA folder is
-    # found by its processor_class; LlavaImageProcessor (pad-to-square) is LLaVA's own.
-    image_processor_types=image_processor_types("Llava"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
+# CLIPImageProcessor / SiglipImageProcessor belong to plain vision encoders too: a LLaVA folder is
+# found by its processor_class; LlavaImageProcessor (pad-to-square) is LLaVA's own.
+FAMILY = Family.define(
+    __name__, name="llava", title="LLaVA-1.5", processor_classes=("LlavaProcessor",),
+    image_processor_types=image_processor_types("Llava"), placeholder=PLACEHOLDER,
     size_knob=no_knob(f"LLaVA-1.5 resizes and crops every image to one size: {FIXED_SIZE}"),
     trainer_templates={"llamafactory": ("llava",)},
-)
+)  # fmt: skip

@@ -218,21 +218,14 @@ def trainer_template(pipeline: str, model: Any) -> str | None:
     return "llava_next_mistral" if "[INST]" in (model.chat_template or "") else "llava_next"
 
 
-FAMILY = Family(
-    name="llava-next",
-    title="LLaVA-NeXT (LLaVA-1.6)",
-    processor_classes=("LlavaNextProcessor",),
-    image_processor_types=image_processor_types("LlavaNext"),
+FAMILY = Family.define(
+    __name__, name="llava-next", title="LLaVA-NeXT (LLaVA-1.6)",
+    processor_classes=("LlavaNextProcessor",), image_processor_types=image_processor_types("LlavaNext"),
     placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
     size_knob=no_knob(
         "no image-size knob: image tokens per image are fixed by the grid pinpoints "
         "(image_grid_pinpoints); only the max length is recommended"
     ),
     trainer_templates={"llamafactory": ("llava_next", "llava_next_mistral")},
     choose_trainer_template=trainer_template,
-)
+)  # fmt: skip

@@ -208,19 +208,13 @@ def expand(count: ImageCount, settings: OnevisionSettings) -> Expansion:
     return (Run(PLACEHOLDER, count.tokens),)
 
 
-FAMILY = Family(
-    name="llava-onevision",
-    title="LLaVA-OneVision",
+FAMILY = Family.define(
+    __name__, name="llava-onevision", title="LLaVA-OneVision",
     processor_classes=("LlavaOnevisionProcessor",),
-    image_processor_types=image_processor_types("LlavaOnevision"),
-    placeholder=PLACEHOLDER,
+    image_processor_types=image_processor_types("LlavaOnevision"), placeholder=PLACEHOLDER,
     raw_image_prompt="<image>\n",
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
     size_knob=no_knob(
         "no image-size knob: image tokens per image are fixed by the grid pinpoints "
         "(image_grid_pinpoints); only the max length is recommended"
     ),
-)
+)  # fmt: skip

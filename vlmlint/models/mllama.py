@@ -149,21 +149,12 @@ def compose(rendered: str, expansions: Sequence[Expansion], settings: MllamaSett
     return compose_default(rendered, PLACEHOLDER, expansions)
 
 
-FAMILY = Family(
-    name="mllama",
-    title="Llama 3.2 Vision (Mllama)",
-    processor_classes=("MllamaProcessor",),
-    image_processor_types=image_processor_types("Mllama"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
-    compose=compose,
+FAMILY = Family.define(
+    __name__, name="mllama", title="Llama 3.2 Vision (Mllama)", processor_classes=("MllamaProcessor",),
+    image_processor_types=image_processor_types("Mllama"), placeholder=PLACEHOLDER,
     size_knob=no_knob(
         "every image is one <|image|> token in the text (its tiles go to cross-attention): no image "
         "setting changes the sequence length; only the max length is recommended"
     ),
     marker_tokens=("<|image|>",),
-)
+)  # fmt: skip

@@ -109,19 +109,10 @@ def compose(rendered: str, expansions: Sequence[Expansion], settings: PaliGemmaS
     return segments
 
 
-FAMILY = Family(
-    name="paligemma",
-    title="PaliGemma / PaliGemma 2",
-    processor_classes=("PaliGemmaProcessor",),
-    # SiglipImageProcessor alone names a SigLIP encoder, not PaliGemma: found by processor_class only
-    image_processor_types=(),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt=PLACEHOLDER,
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
-    compose=compose,
+# SiglipImageProcessor alone names a SigLIP encoder, not PaliGemma: found by processor_class only
+FAMILY = Family.define(
+    __name__, name="paligemma", title="PaliGemma / PaliGemma 2",
+    processor_classes=("PaliGemmaProcessor",), image_processor_types=(), placeholder=PLACEHOLDER,
     add_special_tokens=False,
     size_knob=no_knob(f"PaliGemma resizes every image to one size: {FIXED_SIZE}"),
-)
+)  # fmt: skip

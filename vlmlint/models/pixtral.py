@@ -165,20 +165,12 @@ def expand(count: ImageCount, settings: PixtralSettings) -> Expansion:
     return tuple(segments)
 
 
-FAMILY = Family(
-    name="pixtral",
-    title="Pixtral / Mistral3",
-    processor_classes=(PROCESSOR_CLASS,),
-    image_processor_types=image_processor_types("Pixtral"),
-    placeholder=DEFAULTS["image_token"],
-    raw_image_prompt=DEFAULTS["image_token"],
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
+FAMILY = Family.define(
+    __name__, name="pixtral", title="Pixtral / Mistral3", processor_classes=(PROCESSOR_CLASS,),
+    image_processor_types=image_processor_types("Pixtral"), placeholder=DEFAULTS["image_token"],
     size_knob=no_knob(
         "size.longest_edge bounds the image size, but vlmlint stats does not search it yet; only the "
         "max length is recommended"
     ),
     marker_tokens=("[IMG]",),
-)
+)  # fmt: skip

@@ -213,21 +213,11 @@ def trainer_template(pipeline: str, model: Any) -> str | None:
     return "qwen3_vl_nothink" if model.processor_class == "Qwen3VLProcessor" else "qwen2_vl"
 
 
-FAMILY = Family(
-    name="qwen-vl",
-    title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
+FAMILY = Family.define(
+    __name__, name="qwen-vl", title="Qwen2-VL / Qwen2.5-VL / Qwen3-VL",
     processor_classes=("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor"),
-    image_processor_types=image_processor_types("Qwen2VL"),
-    placeholder=PLACEHOLDER,
-    raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>",
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
-    position_span=position_span,
-    size_knob=size_knob,
-    marker_tokens=("<|vision_start|>",),
+    image_processor_types=image_processor_types("Qwen2VL"), placeholder=PLACEHOLDER,
+    raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>", marker_tokens=("<|vision_start|>",),
     trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink")},
     choose_trainer_template=trainer_template,
-    shrink_hint=shrink_hint,
-)
+)  # fmt: skip

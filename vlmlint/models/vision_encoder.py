@@ -161,9 +161,8 @@ def expand(count: ImageCount, settings: EncoderSettings) -> Expansion:
     return ()
 
 
-FAMILY = Family(
-    name="vision-encoder",
-    title="ViT / CLIP / SigLIP vision encoders",
+FAMILY = Family.define(
+    __name__, name="vision-encoder", title="ViT / CLIP / SigLIP vision encoders",
     processor_classes=("CLIPProcessor", "SiglipProcessor"),
     image_processor_types=(
         "ViTImageProcessor",
@@ -179,13 +178,8 @@ FAMILY = Family(
         "SiglipImageProcessorPil",
     ),
     placeholder="",
-    raw_image_prompt="",
-    settings_from=settings_from,
-    count=count,
-    count_exact=count_exact,
-    expand=expand,
     size_knob=no_knob(
         "a plain vision encoder: the image goes to its own fixed-size input, not into the text "
         "sequence; only the max length (of the text) is recommended"
     ),
-)
+)  # fmt: skip
