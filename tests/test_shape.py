@@ -26,9 +26,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vlmlint.aggregate",),
     ("vlmlint.report",),
     ("vlmlint.config", "vlmlint.settings"),
-    ("vlmlint.engine", "vlmlint.checker"),
+    # The process pool sits beside the engine: Scanner.scan hands a --jobs scan to runner.scan_parallel,
+    # and the runner builds its workers from the parent's class without importing the engine.
+    ("vlmlint.engine", "vlmlint.checker", "vlmlint.runner"),
     (
-        "vlmlint.runner", "vlmlint.ray_engine", "vlmlint.executors", "vlmlint.verify", "vlmlint.session",
+        "vlmlint.ray_engine", "vlmlint.executors", "vlmlint.verify", "vlmlint.session",
         "vlmlint.stats", "vlmlint.checkpoint", "vlmlint.baseline",
     ),
     ("vlmlint.api", "vlmlint.cli", "vlmlint.docs", "vlmlint"),
@@ -84,7 +86,8 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
             targets = [source] + [f"{source}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        found.update(t for t in targets if t in known and t != module)
+        # A parent package (`from vlmlint import aggregate`) is imported before any module in it anyway.
+        found.update(t for t in targets if t in known and not module.startswith(t + ".") and t != module)
     return found
 
 
