@@ -136,27 +136,27 @@ def settings_from(
     )
 
 
+def _crops_along(long: int, short: int, settings: Gemma3Settings) -> int:
+    """Crops along the long side, 0 below the ratio that activates pan-and-scan (transformers' order)."""
+    if long / short < settings.pan_and_scan_min_ratio_to_activate:
+        return 0
+    crops = int(math.floor(long / short + 0.5))
+    crops = min(int(math.floor(long / settings.pan_and_scan_min_crop_size)), crops)
+    return min(settings.pan_and_scan_max_num_crops, max(2, crops))
+
+
 def pan_and_scan_grid(height: int, width: int, settings: Gemma3Settings) -> tuple[int, int]:
     """(rows, cols) of crops `Gemma3ImageProcessor.pan_and_scan` cuts, (0, 0) when it makes none.
 
     The same float arithmetic as transformers, in the same order, so ties round the same way.
     """
     min_crop = settings.pan_and_scan_min_crop_size
-    max_crops = settings.pan_and_scan_max_num_crops
-    if width >= height:  # square or landscape
-        if width / height < settings.pan_and_scan_min_ratio_to_activate:
-            return 0, 0
-        cols = int(math.floor(width / height + 0.5))
-        cols = min(int(math.floor(width / min_crop)), cols)
-        cols = min(max_crops, max(2, cols))
-        rows = 1
+    if width >= height:  # square or landscape: crops side by side
+        rows, cols = 1, _crops_along(width, height, settings)
     else:
-        if height / width < settings.pan_and_scan_min_ratio_to_activate:
-            return 0, 0
-        rows = int(math.floor(height / width + 0.5))
-        rows = min(int(math.floor(height / min_crop)), rows)
-        rows = min(max_crops, max(2, rows))
-        cols = 1
+        rows, cols = _crops_along(height, width, settings), 1
+    if not rows or not cols:
+        return 0, 0
     crop_w = int(math.ceil(width / cols))
     crop_h = int(math.ceil(height / rows))
     if min(crop_w, crop_h) < min_crop:

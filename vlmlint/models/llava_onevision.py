@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, image_processor_types, no_knob
+from vlmlint.models.llava_next import select_best_resolution  # the same pinpoint choice
 
 PLACEHOLDER = "<image>"
 
@@ -72,24 +73,6 @@ def settings_from(
         vision_feature_select_strategy=processor_config.get("vision_feature_select_strategy"),
         vision_aspect_ratio=str(processor_config.get("vision_aspect_ratio") or "anyres_max_9"),
     )
-
-
-def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int]:
-    """transformers' select_best_resolution: most effective pixels, then least waste; first wins ties."""
-    best_fit = None
-    max_effective = 0
-    min_wasted = float("inf")
-    for pin_height, pin_width in pinpoints:
-        scale = min(pin_width / width, pin_height / height)
-        downscaled_width, downscaled_height = int(width * scale), int(height * scale)
-        effective = min(downscaled_width * downscaled_height, width * height)
-        wasted = (pin_width * pin_height) - effective
-        if effective > max_effective or (effective == max_effective and wasted < min_wasted):
-            max_effective = effective
-            min_wasted = wasted
-            best_fit = (pin_height, pin_width)
-    assert best_fit is not None
-    return best_fit
 
 
 def _patch_output_size(height: int, width: int, target: tuple[int, int]) -> tuple[int, int]:
