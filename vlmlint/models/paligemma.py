@@ -22,17 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import (
-    FIXED_SIZE,
-    CountError,
-    Expansion,
-    Family,
-    ImageCount,
-    Run,
-    Segment,
-    compose_default,
-    no_knob,
-)
+from vlmlint.models.base import FIXED_SIZE, CountError, Expansion, Family, ImageCount, Run, Segment, no_knob
 
 PLACEHOLDER = "<image>"
 BOS = "<bos>"
@@ -111,7 +101,12 @@ def compose(rendered: str, expansions: Sequence[Expansion], settings: PaliGemmaS
     else:
         end = rendered.rfind(PLACEHOLDER) + len(PLACEHOLDER)
         rendered = rendered[:end] + settings.bos_token + rendered[end:] + "\n"
-    return compose_default(rendered, PLACEHOLDER, expansions)
+    pieces = rendered.split(PLACEHOLDER)
+    segments: list[Segment] = [pieces[0]]
+    for expansion, piece in zip(expansions, pieces[1:], strict=True):
+        segments.extend(expansion)
+        segments.append(piece)
+    return segments
 
 
 # SiglipImageProcessor alone names a SigLIP encoder, not PaliGemma: found by processor_class only
