@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from hashlib import blake2b
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -160,7 +160,7 @@ def read_jsonl(
 
 
 def _units(
-    rows_of: Callable[..., Iterator[Sample | _Raw]],
+    rows_of: Callable[[_ManifestRead], Iterator[Sample | _Raw]],
     path: str,
     layout: str | None,
     image_root: str | None,
@@ -172,23 +172,28 @@ def _units(
     base_dir = os.path.dirname(os.path.abspath(path))
     file_layout = _FileLayout(layout)
     batching = batch_rows > 0 and convert is None  # a convert function may not travel to a worker
-    rows = rows_of(path, base_dir, image_root, source, convert, file_layout, batching)
+    rows = rows_of(_ManifestRead(path, base_dir, image_root, source, convert, file_layout, batching))
     yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
 
 
 _Raw = tuple[int, int, bytes]  # (row index, line number, the row's JSON): parsed where it is scanned
 
 
-def _jsonl_rows(
-    path: str,
-    base_dir: str,
-    image_root: str | None,
-    source: str,
-    convert: Convert | None,
-    file_layout: _FileLayout,
-    batching: bool,
-) -> Iterator[Sample | _Raw]:
+class _ManifestRead(NamedTuple):
+    """What _jsonl_rows and _array_rows read: the file, where its paths resolve, and how rows come."""
+
+    path: str
+    base_dir: str
+    image_root: str | None
+    source: str
+    convert: Convert | None
+    file_layout: _FileLayout
+    batching: bool
+
+
+def _jsonl_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
     """read_jsonl's rows: Samples, or with `batching` raw lines once the layout is known."""
+    path, base_dir, image_root, source, convert, file_layout, batching = read
     resolve = shared_resolver(base_dir, image_root)
     index = 0
     with open(path, "rb") as handle:
@@ -294,16 +299,9 @@ def read_json(
     yield from _units(_array_rows, path, layout, image_root, source, convert, batch_rows)
 
 
-def _array_rows(
-    path: str,
-    base_dir: str,
-    image_root: str | None,
-    source: str,
-    convert: Convert | None,
-    file_layout: _FileLayout,
-    batching: bool,
-) -> Iterator[Sample | _Raw]:
+def _array_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
     """A JSON array's elements, streamed with ijson: Samples, or with `batching` compact JSON."""
+    path, base_dir, image_root, source, convert, file_layout, batching = read
     import ijson  # streaming parser with a C backend
 
     from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
