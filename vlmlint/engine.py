@@ -21,9 +21,9 @@ from typing import Any
 
 from vlmlint.checker import MergeStage
 from vlmlint.config import ScanConfig
+from vlmlint.counting import CountedRow, TextEncoder
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
-from vlmlint.models import CountError, ImageCount, Model, Run, load_model
-from vlmlint.models.base import compose_default
+from vlmlint.models import CountError, ImageCount, Model, load_model
 from vlmlint.models.registry import MARKER_TOKENS
 from vlmlint.readers import ReadOptions, RowBatch, read_dataset
 from vlmlint.records import (
@@ -43,11 +43,7 @@ from vlmlint.records import (
     sample_beyond_bounds,
 )
 from vlmlint.rules import ALL_RULES, Rule, RuleContext
-from vlmlint.template_cache import (
-    conversation_for_template,  # noqa: F401  # tests import it from here
-    render_conversation,
-    without_media,
-)
+from vlmlint.template_cache import conversation_for_template  # noqa: F401  # tests import it from here
 
 _IMAGE_CACHE_SIZE = 65536
 # Embedded bytes (data: URIs, parquet image cells, webdataset members) a scan keeps in the outcomes of
@@ -79,11 +75,8 @@ class _Prepared:
     media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, not counted
 
 
-@dataclass(frozen=True)
-class _RunAt:
-    image: int | None  # which image's expansion the run belongs to
-    char_start: int  # where its one written token starts in the composed text
-    count: int
+def _counted(prepared: _Prepared) -> CountedRow:
+    return CountedRow(prepared.sample, tuple(prepared.counts))
 
 
 def _special_tokens(tokenizer: Any) -> frozenset[str]:
@@ -234,12 +227,12 @@ class Scanner:
             merge_size=getattr(settings, "merge_size", None),
         )
         self.template = self.model.chat_template if config.use_chat_template else None
+        self.encoder = TextEncoder(self.model, self.template, config.add_generation_prompt)
         from vlmlint.pipelines import load_pipeline
 
         # The trainer's preprocessing (--pipeline): its image pre-resize and its fate for each row.
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self.pipeline.bind(self.model)
-        self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
         self._fast_lengths: Any = length_counter  # False: _fast_lengths(...) on first use (a counter or None)
         # A family without a header formula (the real-processor fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
@@ -435,35 +428,8 @@ class Scanner:
     # -- text -------------------------------------------------------------------------------------
 
     def render(self, messages: tuple[Message, ...]) -> str:
-        """The text the processor tokenizes: the chat template's output, or the raw turns joined.
-
-        Video and audio parts are not rendered (not counted yet: the row's lengths are lower bounds).
-        """
-        messages = without_media(messages)
-        if self.template is None:
-            turns = (
-                "".join(
-                    self.family.raw_image_prompt if part.is_image else part.text for part in message.parts
-                )
-                for message in messages
-            )
-            if not self.family.placeholder:  # a plain encoder: only the text (a caption) is tokenized
-                return "\n".join(turn for turn in turns if turn)
-            return "\n".join(turns)
-        if self._shape_cache is None:
-            from vlmlint.template_cache import ShapeCache
-
-            self._shape_cache = ShapeCache(self._render_template)
-        return self._shape_cache.render(messages)
-
-    def _render_template(self, messages: tuple[Message, ...]) -> str:
-        """One full jinja render, exactly as processor.apply_chat_template does it, within its bounds."""
-        return render_conversation(
-            self.template,
-            messages,
-            self.config.add_generation_prompt,
-            self.model.tokenizer.special_tokens_map,
-        )
+        """The text the processor tokenizes (TextEncoder.render)."""
+        return self.encoder.render(messages)
 
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems or sample.pretokenized is not None:
@@ -515,73 +481,12 @@ class Scanner:
         return prepared
 
     def compose(self, rendered: str, counts: list[ImageCount], settings: Any = None) -> tuple[str, int]:
-        """The processor's text with every run of one special token written once, and the ids saved.
-
-        `settings`: other image settings than the model's (vlmlint stats tries image-size knobs).
-        """
-        text, saved, _ = self._compose(rendered, counts, settings)
-        return text, saved
-
-    def _compose(
-        self, rendered: str, counts: list[ImageCount], settings: Any = None
-    ) -> tuple[str, int, list[_RunAt]]:
-        """compose(), also saying where each image's runs sit in the text (for image spans)."""
-        settings = self.model.settings if settings is None else settings
-        expansions = [self.family.expand(count, settings) for count in counts]
-        if self.family.compose is not None:
-            segments = self.family.compose(rendered, expansions, settings)
-        elif not self.family.placeholder:  # no image token in the text: nothing to expand
-            segments = [rendered]
-        else:
-            segments = compose_default(rendered, self.family.placeholder, expansions)
-        # The runs of each image, in order: composition keeps image i's runs before image i+1's.
-        expected = [
-            (i, seg)
-            for i, expansion in enumerate(expansions)
-            for seg in expansion
-            if isinstance(seg, Run) and seg.count
-        ]
-        pieces: list[str] = []
-        runs: list[_RunAt] = []
-        saved = 0
-        length = 0
-        for segment in segments:
-            if isinstance(segment, Run):
-                if segment.count:
-                    image = None
-                    if len(runs) < len(expected) and expected[len(runs)][1] == segment:
-                        image = expected[len(runs)][0]
-                    runs.append(_RunAt(image, length, segment.count))
-                    pieces.append(segment.token)
-                    length += len(segment.token)
-                    saved += segment.count - 1
-            else:
-                pieces.append(segment)
-                length += len(segment)
-        return "".join(pieces), saved, runs
+        """The processor's text with every run of one special token written once (TextEncoder.compose)."""
+        return self.encoder.compose(rendered, counts, settings)
 
     def image_spans(self, prepared: _Prepared) -> tuple[tuple[int, int], ...] | None:
-        """Each image's [first, last + 1) token positions in input_ids (from its first to last run)."""
-        rendered = self.render(prepared.sample.messages)
-        text, _, runs = self._compose(rendered, prepared.counts)
-        encoding = self.model.tokenizer(
-            text, add_special_tokens=self.family.add_special_tokens, return_offsets_mapping=True
-        )
-        starts = {
-            start: index for index, (start, end) in enumerate(encoding["offset_mapping"]) if end > start
-        }
-        spans: dict[int, list[int]] = {}
-        extra = 0
-        for run in runs:
-            token = starts.get(run.char_start)
-            if token is None:
-                return None  # offsets this tokenizer does not report: no spans rather than wrong ones
-            first = token + extra
-            extra += run.count - 1
-            if run.image is not None:
-                span = spans.setdefault(run.image, [first, first + run.count])
-                span[1] = first + run.count
-        return tuple(tuple(spans[i]) for i in sorted(spans))
+        """Each image's [first, last + 1) token positions in input_ids (TextEncoder.image_spans)."""
+        return self.encoder.image_spans(_counted(prepared))
 
     def _token_lengths(self, texts: list[str]) -> list[int]:
         if not texts:
@@ -629,7 +534,7 @@ class Scanner:
             media=prepared.media,
         )
         if seq_len is not None and self.pipeline.name != "hf":
-            fate = self.pipeline.fate(result, self, prepared)
+            fate = self.pipeline.fate(result, _counted(prepared), self.encoder)
             if fate is not None:
                 result = replace(result, trainer=fate)
         return result

@@ -17,10 +17,11 @@ A preset is one class with:
 - `bind(model)`: called once by the Scanner with the loaded model, before any row: a preset that
   depends on the model (its template, its image plugin) resolves it here, and raises PipelineError
   for a model it does not support;
-- `fate(result, scanner, prepared)`: the prediction for one counted row (None: nothing to say).
-  `scanner` gives the model (tokenizer, family, settings), `scanner.render(messages)` and
-  `scanner.image_spans(prepared)` (each image's token positions in input_ids); `prepared.counts` holds
-  each image's ImageCount and `prepared.text` the composed text the processor tokenizes.
+- `fate(result, row, encoder)`: the prediction for one counted row (None: nothing to say).
+  `row` (vlmlint.counting.CountedRow) holds the sample and each image's ImageCount; `encoder`
+  (vlmlint.counting.TextEncoder) gives the model (tokenizer, family, settings), `render(messages)`,
+  `render_prefix(messages, generation_prompt)` (a conversation prefix as trainers render it),
+  `compose(text, counts)`, `encode(texts)` and `image_spans(row)` (each image's token positions).
 
 Presets are pure: no printing, no exits; options come from `--pipeline-option KEY=VALUE` (or
 `pipeline-options` in the config file) and are validated in the constructor (PipelineError).
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
-    from vlmlint.engine import Scanner
+    from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.models import Model
     from vlmlint.records import RowResult
 
@@ -68,7 +69,7 @@ class Pipeline:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""
         return height, width
 
-    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
+    def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
         """The trainer's fate for a counted row; None when this preset predicts nothing (hf)."""
         return None
 

@@ -2,7 +2,7 @@
 
 Trainers cut a long row by token position, so their fate for it depends on where the answer (the
 trained-on assistant turns) and the image tokens sit. vlmlint knows the row's length and each image's
-token span (`Scanner.image_spans`); the answer's positions are found the way trainers find them: the
+token span (`TextEncoder.image_spans`); the answer's positions are found the way trainers find them: the
 conversation up to an assistant turn, rendered with the generation prompt, is the prompt, and its token
 count is where that turn's labels start; the conversation up to the end of the turn gives where they
 end. This costs a few renders and one batched tokenizer call per row, so presets call it only for rows
@@ -16,14 +16,12 @@ so tokens the tokenizer would add around it (a BOS the processor call adds) are 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from vlmlint.records import Message, Role
-from vlmlint.template_cache import render_conversation
+from vlmlint.records import Role
 
 if TYPE_CHECKING:
-    from vlmlint.engine import Scanner
+    from vlmlint.counting import CountedRow, TextEncoder
 
 Rounds = Literal["all_assistant", "last_assistant", "every_token"]
 
@@ -104,99 +102,76 @@ class Layout:
         return cut if side == "right" else self.length - cut
 
 
-@lru_cache(maxsize=64)
-def _added_special(tokenizer: Any) -> tuple[int, int]:
-    """How many ids the tokenizer adds before and after a text with add_special_tokens=True."""
-    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
-    full = tokenizer("a", add_special_tokens=True)["input_ids"]
-    for lead in range(len(full) - len(plain) + 1):
-        if full[lead : lead + len(plain)] == plain:
-            return lead, len(full) - len(plain) - lead
-    return 0, 0
-
-
-def added_special_tokens(scanner: Scanner) -> tuple[int, int]:
-    """Ids vlmlint's processor-equivalent length counts beyond the trainer's (BOS/EOS the call adds)."""
-    if not scanner.family.add_special_tokens or scanner.model.tokenizer is None:
-        return 0, 0
-    return _added_special(scanner.model.tokenizer)
-
-
-def _render(scanner: Scanner, messages: tuple[Message, ...], generation_prompt: bool) -> str:
-    """The chat template's output for a conversation prefix (the raw turns joined without a template)."""
-    if scanner.template is None:
-        text = scanner.render(messages) if messages else ""
-        return text + "\n" if generation_prompt and messages else text
-    return render_conversation(
-        scanner.template, messages, generation_prompt, scanner.model.tokenizer.special_tokens_map
-    )
-
-
 def _answer_bounds(
-    scanner: Scanner, prepared: Any, rounds: Rounds
+    encoder: TextEncoder, row: CountedRow, rounds: Rounds
 ) -> tuple[tuple[tuple[int, int], ...], bool] | None:
     """Each trained assistant turn's [start, end) in the trainer's positions, and whether exact.
 
     None when the row has no assistant turn.
     """
-    messages = prepared.sample.messages
+    messages = row.sample.messages
     turns = [k for k, message in enumerate(messages) if message.role is Role.ASSISTANT]
     if not turns:
         return None
     if rounds == "last_assistant":
         turns = turns[-1:]
-    full = scanner.render(messages)
-    placeholder = scanner.family.placeholder
+    full = encoder.render(messages)
+    placeholder = encoder.family.placeholder
     texts: list[str] = []
     saved: list[int] = []
     try:
         for k in turns:
-            for prefix in (_render(scanner, messages[:k], True), _render(scanner, messages[: k + 1], False)):
+            for prefix in (
+                encoder.render_prefix(messages[:k], True),
+                encoder.render_prefix(messages[: k + 1], False),
+            ):
                 if not full.startswith(prefix):  # the template renders history differently: no prefix
                     raise ValueError("not a prefix")
                 images = prefix.count(placeholder) if placeholder else 0
-                text, extra = scanner.compose(prefix, prepared.counts[:images])
+                text, extra = encoder.compose(prefix, row.counts[:images])
                 texts.append(text)
                 saved.append(extra)
     except Exception:  # noqa: BLE001 (templates raise anything): fall back to the approximation below
         texts = []
     if not texts:
         return (), False
-    ids = scanner.model.tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    ids = encoder.encode(texts)
     positions = [len(tokens) + extra for tokens, extra in zip(ids, saved, strict=True)]
     return tuple(zip(positions[::2], positions[1::2], strict=True)), True
 
 
-def row_layout(scanner: Scanner, prepared: Any, seq_len: int, rounds: Rounds = "all_assistant") -> Layout:
+def row_layout(
+    encoder: TextEncoder, row: CountedRow, seq_len: int, rounds: Rounds = "all_assistant"
+) -> Layout:
     """The row's length, answer regions and image spans as the trainer tokenizes it."""
-    lead, trail = added_special_tokens(scanner)
+    lead, trail = encoder.added_special_tokens()
     length = seq_len - lead - trail
     images: tuple[tuple[int, int, int], ...] = ()
-    if prepared.counts and scanner.family.placeholder:
-        spans = scanner.image_spans(prepared) or ()
+    if row.counts and encoder.family.placeholder:
+        spans = encoder.image_spans(row) or ()
         images = tuple(
             (start - lead, end - lead, count.tokens)
-            for (start, end), count in zip(spans, prepared.counts, strict=False)
+            for (start, end), count in zip(spans, row.counts, strict=False)
         )
     if rounds == "every_token":  # the first token is never a label (nothing predicts it)
         return Layout(length, ((1, length),), images)
-    bounds = _answer_bounds(scanner, prepared, rounds)
+    bounds = _answer_bounds(encoder, row, rounds)
     if bounds is None:
         return Layout(length, (), images)
     answers, exact = bounds
     if not exact:
-        return Layout(length, ((_first_answer_start(scanner, prepared), length),), images, exact=False)
+        return Layout(length, ((_first_answer_start(encoder, row), length),), images, exact=False)
     return Layout(length, answers, images)
 
 
-def _first_answer_start(scanner: Scanner, prepared: Any) -> int:
+def _first_answer_start(encoder: TextEncoder, row: CountedRow) -> int:
     """The approximation's start: where the first assistant turn's labels begin, or 0 if unknown."""
-    messages = prepared.sample.messages
+    messages = row.sample.messages
     first = next(k for k, message in enumerate(messages) if message.role is Role.ASSISTANT)
     try:
-        prefix = _render(scanner, messages[:first], True)
-        images = prefix.count(scanner.family.placeholder) if scanner.family.placeholder else 0
-        text, extra = scanner.compose(prefix, prepared.counts[:images])
-        return len(scanner.model.tokenizer(text, add_special_tokens=False)["input_ids"]) + extra
+        prefix = encoder.render_prefix(messages[:first], True)
+        images = prefix.count(encoder.family.placeholder) if encoder.family.placeholder else 0
+        text, extra = encoder.compose(prefix, row.counts[:images])
+        return len(encoder.encode([text])[0]) + extra
     except Exception:  # noqa: BLE001 (templates raise anything)
         return 0

@@ -45,7 +45,7 @@ from vlmlint.pipelines.base import Pipeline, PipelineError
 from vlmlint.records import Message, Role, TrainerFate
 
 if TYPE_CHECKING:
-    from vlmlint.engine import Scanner
+    from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.models import Model
     from vlmlint.records import RowResult
 
@@ -292,14 +292,14 @@ class LlamaFactoryPipeline(Pipeline):
 
     # -- rows -------------------------------------------------------------------------------------
 
-    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
+    def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
         if self.template is None:
-            self.bind(scanner.model)
-        messages = prepared.sample.messages
+            self.bind(encoder.model)
+        messages = row.sample.messages
         system = ""
         if messages and messages[0].role is Role.SYSTEM:
             system, messages = _text(messages[0]), messages[1:]
-            if any(part.is_image for part in prepared.sample.messages[0].parts):
+            if any(part.is_image for part in row.sample.messages[0].parts):
                 return self._fate(
                     "raise",
                     reason="an <image> placeholder in the system prompt: LLaMA-Factory expands and counts "
@@ -314,7 +314,7 @@ class LlamaFactoryPipeline(Pipeline):
                 reason=f"LLaMA-Factory skips the row ({problem}); it never trains",
                 fix="make the turns alternate user/assistant, from a user turn to an assistant answer",
             )
-        counts = [count.tokens for count in prepared.counts]
+        counts = [count.tokens for count in row.counts]
         slots = self._slots(messages, system)
         if self._surely_fits(slots, counts):
             return self._fate("kept", reason=f"at most {self.limit} tokens")

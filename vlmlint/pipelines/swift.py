@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vlmlint.pipelines.base import Pipeline, PipelineError
-from vlmlint.pipelines.layout import Layout, added_special_tokens, row_layout
+from vlmlint.pipelines.layout import Layout, row_layout
 from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
-    from vlmlint.engine import Scanner
+    from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.records import RowResult
 
 SWIFT_VERSION = "ms-swift 4.6.0"
@@ -107,16 +107,16 @@ class SwiftPipeline(Pipeline):
         height_scaled = math.sqrt(self.max_pixels / ratio)
         return int(height_scaled), int(height_scaled * ratio)
 
-    def _limit(self, scanner: Scanner) -> int | None:
-        return self.max_length if self.max_length is not None else scanner.model.max_position_embeddings
+    def _limit(self, encoder: TextEncoder) -> int | None:
+        return self.max_length if self.max_length is not None else encoder.model.max_position_embeddings
 
-    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
-        limit = self._limit(scanner)
+    def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
+        limit = self._limit(encoder)
         label = f"{SWIFT_VERSION} (max_length {limit}, truncation_strategy {self.strategy})"
         assert result.seq_len is not None  # the engine asks only for counted rows
         if limit is None or result.seq_len <= limit:  # under the limit: kept, no extra work
-            return TrainerFate("kept", label, length=result.seq_len - sum(added_special_tokens(scanner)))
-        layout = row_layout(scanner, prepared, result.seq_len, self.rounds)
+            return TrainerFate("kept", label, length=result.seq_len - sum(encoder.added_special_tokens()))
+        layout = row_layout(encoder, row, result.seq_len, self.rounds)
         length = layout.length
         if length <= limit:
             return TrainerFate("kept", label, length=length)

@@ -30,11 +30,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vlmlint.pipelines.base import Pipeline, PipelineError
-from vlmlint.pipelines.layout import added_special_tokens, row_layout
+from vlmlint.pipelines.layout import row_layout
 from vlmlint.records import TrainerFate
 
 if TYPE_CHECKING:
-    from vlmlint.engine import Scanner
+    from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.records import RowResult
 
 TRL_VERSION = "TRL 1.16.0"
@@ -74,18 +74,18 @@ class TrlPipeline(Pipeline):
             )
         self.assistant_only_loss = assistant_only
 
-    def fate(self, result: RowResult, scanner: Scanner, prepared: Any) -> TrainerFate | None:
+    def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
         limit = self.max_length
         label = f"{TRL_VERSION} (max_length {limit})"
         assert result.seq_len is not None  # the engine asks only for counted rows
         if limit is None or result.seq_len <= limit:  # under the limit: kept, no extra work
-            return TrainerFate("kept", label, length=result.seq_len - sum(added_special_tokens(scanner)))
-        layout = row_layout(scanner, prepared, result.seq_len)
+            return TrainerFate("kept", label, length=result.seq_len - sum(encoder.added_special_tokens()))
+        layout = row_layout(encoder, row, result.seq_len)
         length = layout.length
         if length <= limit:
             return TrainerFate("kept", label, length=length)
         image_lost = layout.image_tokens_past(limit)
-        closing = _closing_tokens(scanner, prepared)
+        closing = _closing_tokens(encoder, row)
         if image_lost or any(end + closing > limit for _, end, _ in layout.images):
             total = layout.image_tokens
             if not image_lost:  # only the marker that closes an image is cut (Idefics3)
@@ -135,15 +135,15 @@ class TrlPipeline(Pipeline):
         )
 
 
-def _closing_tokens(scanner: Scanner, prepared: Any) -> int:
+def _closing_tokens(encoder: TextEncoder, row: CountedRow) -> int:
     """Tokens after an image's last run that its processor needs too (the closing marker), or 0."""
     # Processors that locate each image's replacement text by its first and last character fail when
     # the cut removes the last one (Idefics3Processor.__call__: char_to_token(end - 1) is None).
-    if not scanner.family.checks_image_span or not prepared.counts:
+    if not encoder.family.checks_image_span or not row.counts:
         return 0
-    expansion = scanner.family.expand(prepared.counts[-1], scanner.model.settings)
+    expansion = encoder.family.expand(row.counts[-1], encoder.model.settings)
     last_run = max(i for i, segment in enumerate(expansion) if not isinstance(segment, str))
     closing = "".join(segment for segment in expansion[last_run + 1 :] if isinstance(segment, str))
     if not closing:
         return 0
-    return len(scanner.model.tokenizer(closing, add_special_tokens=False)["input_ids"])
+    return len(encoder.encode([closing])[0])
