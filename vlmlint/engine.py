@@ -16,16 +16,14 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import chain, islice
+from itertools import islice
 from typing import Any
 
-from vlmlint.checker import MergeStage
 from vlmlint.config import ScanConfig
 from vlmlint.counting import CountedRow, TextEncoder
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, load_model
 from vlmlint.models.registry import MARKER_TOKENS
-from vlmlint.readers import ReadOptions, RowBatch, read_dataset
 from vlmlint.records import (
     IMAGE_PLACEHOLDER,
     Finding,
@@ -608,22 +606,11 @@ class Scanner:
         """Scan config.dataset, or another dataset with the same settings and the already loaded model.
 
         `skip`: rows already counted (--resume): read and shown to the rules that compare rows, not
-        counted or reported again.
+        counted or reported again. --jobs processes (runner.LocalExecutor): same outcomes, same order.
         """
-        config = self.config
-        jobs = config.jobs or self.default_jobs()
-        # Rows travel to worker processes unparsed (readers/batches.py): each parses its own.
-        options = ReadOptions.from_config(config, batch_rows=config.batch_size if jobs > 1 else 0)
-        units = read_dataset(config.dataset if dataset is None else dataset, options)
-        for rule in self.rules:
-            rule.reset()
-        if skip:
-            units = self._skipped(units, skip)
-        if jobs > 1:  # worker processes; same outcomes in the same order (vlmlint/runner.py)
-            from vlmlint.runner import scan_parallel
+        from vlmlint.runner import LocalExecutor
 
-            return scan_parallel(self, units, jobs)
-        return self.scan_samples(units, reset=False)  # type: ignore[arg-type]  # no RowBatch when jobs == 1
+        return LocalExecutor(self).scan(dataset, skip)
 
     def default_jobs(self) -> int:
         """--jobs 0: every core when tokenizing is cheap for this model, else one process per two."""
@@ -639,31 +626,3 @@ class Scanner:
         if self._fast_lengths is False:
             self._fast_lengths = _fast_lengths(self.model, self.family.add_special_tokens)
         return self._fast_lengths
-
-    def _skipped(self, units: Iterable[Sample | RowBatch], count: int) -> Iterator[Sample | RowBatch]:
-        """Drop the first `count` rows (--resume), showing them to the rules that compare rows."""
-        iterator = iter(units)
-        stage = MergeStage(self.rules, self.context, self.keep)
-        left = count
-        for unit in iterator:
-            if isinstance(unit, RowBatch):
-                if len(unit) > left:  # the batch straddles the resume point: its tail is scanned
-                    unit, rest = unit.split(left)
-                    iterator = chain([rest], iterator)
-                skipped = unit.samples()
-            else:
-                skipped = [unit]
-            for sample in skipped:
-                stage.skip(RowResult(sample=sample))  # reported before the interruption
-            left -= len(skipped)
-            if left <= 0:
-                break
-        if left > 0:  # a checkpoint that counts rows this dataset does not have: not its checkpoint
-            raise ResumeMismatch(
-                f"--resume: the checkpoint counts {count:,} rows done, but the dataset has {count - left:,}"
-            )
-        yield from iterator
-
-
-class ResumeMismatch(ValueError):
-    """--resume: the checkpoint's position lies beyond the dataset's end (it was edited or is another's)."""

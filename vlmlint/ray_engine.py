@@ -197,8 +197,9 @@ def _cause(exc: BaseException) -> BaseException:
     return found
 
 
-class RayScanner:
-    """A Scanner whose scan() runs on Ray; everything else (model, rules, context) is the local one's.
+class RayExecutor:
+    """The executor (runner.Executor) that runs a Scanner's scan() as a Ray Data job: the same
+    outcomes in the same order. The model, rules and context stay the local Scanner's (`local`).
 
     Use as a context manager, or call close(): a local Ray instance it started is shut down then.
     """
@@ -210,10 +211,7 @@ class RayScanner:
         self.num_cpus = num_cpus
         self._started = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.local, name)
-
-    def __enter__(self) -> RayScanner:
+    def __enter__(self) -> RayExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -339,3 +337,6 @@ class RayScanner:
         finally:
             context.execution_options.preserve_order, context.enable_progress_bars = saved
             data_logger.setLevel(level)
+
+
+RayScanner = RayExecutor  # its earlier name (tests/test_ray_engine.py, scripts that import it)

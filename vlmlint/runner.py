@@ -1,4 +1,9 @@
-"""Run a scan on several processes, with the same outcomes, in the same order, as one process.
+"""The local executors: one process, or several with the same outcomes in the same order.
+
+An executor runs a scan: `scan(dataset, skip)` yields the outcome of every row of the dataset in
+dataset order (Executor). `SequentialExecutor` reads and scans here; `PoolExecutor` shares the rows
+out to a process pool; the Ray executor (vlmlint/ray_engine.py) runs them on a Ray cluster. All three
+end in the same MergeStage (vlmlint/checker.py): the rules that compare rows, the resume skip.
 
 `--jobs N` is N processes in all: this one and N - 1 workers. The reader cuts the dataset into chunks
 of about `batch_size` rows: JSONL lines, JSON array elements and Arrow record batches unparsed
@@ -26,10 +31,10 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
 from itertools import chain, islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from vlmlint.checker import MergeStage
-from vlmlint.readers import RowBatch
+from vlmlint.readers import ReadOptions, RowBatch, read_dataset
 from vlmlint.records import Finding, RowResult, Sample, evolve
 from vlmlint.rules import Rule
 
@@ -41,6 +46,91 @@ Unit = Sample | RowBatch
 Chunk = list[Unit]
 _worker: Scanner | None = None  # this worker process's scanner
 _inherited: Scanner | None = None  # the parent's scanner, inherited by forked workers
+
+
+class Executor(Protocol):
+    """What runs a scan: every row's outcome, in dataset order, whatever runs where."""
+
+    def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
+        """Scan `dataset` (None: the config's). `skip`: rows already counted (--resume), shown only to
+        the rules that compare rows; ResumeMismatch when the dataset has fewer."""
+        ...
+
+
+class ResumeMismatch(ValueError):
+    """--resume: the checkpoint's position lies beyond the dataset's end (it was edited or is another's)."""
+
+
+class SequentialExecutor:
+    """One process: this one reads the rows and scans them (Scanner.scan_samples)."""
+
+    batch_rows = False  # rows come parsed: nothing to share out
+
+    def __init__(self, scanner: Scanner) -> None:
+        self.scanner = scanner
+
+    def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
+        config = self.scanner.config
+        # Rows travel to worker processes unparsed (readers/batches.py): each parses its own.
+        options = ReadOptions.from_config(config, batch_rows=config.batch_size if self.batch_rows else 0)
+        units = read_dataset(config.dataset if dataset is None else dataset, options)
+        stage = MergeStage(self.scanner.rules, self.scanner.context, self.scanner.keep)
+        stage.reset()
+        if skip:
+            units = skipped(units, skip, stage)
+        return self._run(units)
+
+    def _run(self, units: Iterable[Unit]) -> Iterator[RowOutcome]:
+        return self.scanner.scan_samples(units, reset=False)  # type: ignore[arg-type]  # Samples only
+
+
+class PoolExecutor(SequentialExecutor):
+    """`jobs` processes, this one included (scan_parallel): the same outcomes in the same order."""
+
+    batch_rows = True
+
+    def __init__(self, scanner: Scanner, jobs: int) -> None:
+        super().__init__(scanner)
+        self.jobs = jobs
+
+    def _run(self, units: Iterable[Unit]) -> Iterator[RowOutcome]:
+        return scan_parallel(self.scanner, units, self.jobs)
+
+
+class LocalExecutor:
+    """This machine: --jobs processes, chosen as each scan starts (jobs 0: default_jobs's choice)."""
+
+    def __init__(self, scanner: Scanner) -> None:
+        self.scanner = scanner
+
+    def scan(self, dataset: str | None = None, skip: int = 0) -> Iterator[RowOutcome]:
+        jobs = self.scanner.config.jobs or self.scanner.default_jobs()
+        executor = PoolExecutor(self.scanner, jobs) if jobs > 1 else SequentialExecutor(self.scanner)
+        return executor.scan(dataset, skip)
+
+
+def skipped(units: Iterable[Unit], count: int, stage: MergeStage) -> Iterator[Unit]:
+    """Drop the first `count` rows (--resume), showing them to the rules that compare rows."""
+    iterator = iter(units)
+    left = count
+    for unit in iterator:
+        if isinstance(unit, RowBatch):
+            if len(unit) > left:  # the batch straddles the resume point: its tail is scanned
+                unit, rest = unit.split(left)
+                iterator = chain([rest], iterator)
+            rows = unit.samples()
+        else:
+            rows = [unit]
+        for sample in rows:
+            stage.skip(RowResult(sample=sample))  # reported before the interruption
+        left -= len(rows)
+        if left <= 0:
+            break
+    if left > 0:  # a checkpoint that counts rows this dataset does not have: not its checkpoint
+        raise ResumeMismatch(
+            f"--resume: the checkpoint counts {count:,} rows done, but the dataset has {count - left:,}"
+        )
+    yield from iterator
 
 
 def default_jobs(cheap_tokenizer: bool = False) -> int:

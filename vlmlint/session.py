@@ -142,7 +142,8 @@ class ScanSession:
         self.verify = verify
         self.resume = resume
         self.say = say
-        self.scanner: Any = None
+        self.scanner: Any = None  # the local Scanner: model, rules, context (reports and --verify read it)
+        self.executor: Any = None  # what runs the scan (runner.Executor): this machine's processes, or Ray
         self.checkpoint = None
         self.start: Any = None
 
@@ -152,17 +153,21 @@ class ScanSession:
         ray_address: str | None = None,
         notice: Callable[[str], None] | None = None,
     ) -> None:
-        """Load the model (`notice` hears its notice) and, with engine "ray", swap in the Ray scanner."""
+        """Load the model (`notice` hears its notice) and choose the executor (engine "ray": a Ray job)."""
         self.scanner = load_scanner(self.config)
         if self.scanner.model.notice and notice is not None:
             notice(f"vlmlint: {self.scanner.model.notice}")
         if engine == "ray":  # the same scan as a Ray Data job; a Ray it starts stops at exit
-            from vlmlint.ray_engine import RayScanner, RayUnavailable
+            from vlmlint.ray_engine import RayExecutor, RayUnavailable
 
             try:
-                self.scanner = RayScanner(self.scanner, ray_address)
+                self.executor = RayExecutor(self.scanner, ray_address)
             except RayUnavailable as exc:
                 raise SessionError(str(exc)) from None
+        else:
+            from vlmlint.runner import LocalExecutor
+
+            self.executor = LocalExecutor(self.scanner)
 
     def _open_checkpoint(self, summary):
         """--resume FILE: the checkpoint and where to start; (None, start) without it."""
@@ -185,9 +190,9 @@ class ScanSession:
         on_outcome: Callable[[RowOutcome], None] | None = None,
     ) -> ScanResult:
         """Scan every dataset in order (a SIGINT or SIGTERM ends it with a partial result)."""
-        from vlmlint.engine import ResumeMismatch
         from vlmlint.readers import DatasetError
         from vlmlint.report import Summary
+        from vlmlint.runner import ResumeMismatch
         from vlmlint.verify import Verifier
 
         result = ScanResult(Summary(), self.scanner, self.config, self.datasets)
@@ -238,7 +243,7 @@ class ScanSession:
         rows = self.start.rows if index == self.start.dataset_index else 0
         summary, checkpoint, baseline = result.summary, self.checkpoint, self.baseline
         try:
-            for outcome in self.scanner.scan(dataset, skip=rows):
+            for outcome in self.executor.scan(dataset, skip=rows):
                 if baseline is not None and outcome.findings:
                     outcome = replace(outcome, findings=baseline.filter(outcome.findings))
                 summary.add(outcome)
