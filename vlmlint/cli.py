@@ -6,13 +6,16 @@ Exit codes: 0 no finding at or above --fail-on; 1 such findings; 2 usage or inte
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import io
 import os
 import sys
 import typing
+from collections.abc import Callable
 from enum import Enum
 from types import SimpleNamespace
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -118,18 +121,71 @@ def _option(setting: Setting, help: str | None = None):
     return Annotated[kind | None, typer.Option(*setting.flags, help=help or setting.help, **extra)]
 
 
-# The setting options of scan and stats, and of config (the same flags, helped "As for scan.").
-_OPTION = SimpleNamespace(**{s.param: _option(s) for s in SETTINGS if s.param})
-_AS_SCAN = SimpleNamespace(
-    **{
-        s.param: _option(s, "As for scan: NAME=VALUE." if s.param == "threshold" else "As for scan.")
-        for s in SETTINGS
-        if s.param
-    }
-)
+def _as_scan(setting: Setting) -> str:
+    """`vlmlint config`'s help for a setting's flag: the same flag as scan's."""
+    return "As for scan: NAME=VALUE." if setting.check == "thresholds" else "As for scan."
+
+
+_BY_PARAM: dict[str, Setting] = {s.param: s for s in SETTINGS if s.param}
+
+
+def setting_options(placed: dict[str, tuple[str, ...]], help: Callable[[Setting], str] | None = None):
+    """Give a command the settings table's options, declared once in vlmlint/settings.py.
+
+    `placed`: one of the command's own parameters -> the setting parameters that follow it (in --help as
+    here); `help`: their help reworded. Typer reads the command's `__signature__`, which gets them; the
+    command gets their values as one keyword, `flags` (setting name -> value, None: not given, as
+    build_config merges them), instead of a parameter each.
+    """
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)  # typer reads the annotations, not their text
+        added = {
+            anchor: [
+                inspect.Parameter(
+                    param,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=None,
+                    annotation=_option(_BY_PARAM[param], help(_BY_PARAM[param]) if help else None),
+                )
+                for param in params
+            ]
+            for anchor, params in placed.items()
+        }
+        parameters = [
+            parameter
+            for own_parameter in own.parameters.values()
+            if own_parameter.name != "flags"
+            for parameter in (own_parameter, *added.get(own_parameter.name, ()))
+        ]
+        given = [param for params in placed.values() for param in params]
+
+        @functools.wraps(command)
+        def run(**values) -> None:
+            flags = _flags({param: values.pop(param) for param in given})
+            return command(**values, flags=flags)
+
+        run.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": own.return_annotation}
+        return run
+
+    return decorate
+
+
+# The setting options of scan and stats: the model and dataset's, how rows are rendered, safety switches.
+_MODEL_OPTIONS = ("model", "layout", "image_root", "split", "streaming", "max_length")
+_SAFETY_OPTIONS = ("trust_remote_code", "allow_remote", "allow_outside_root")
+_RENDER_OPTIONS = ("exact", "chat_template", "add_generation_prompt", *_SAFETY_OPTIONS)
 
 
 @app.command()
+@setting_options(
+    {
+        "datasets": (*_MODEL_OPTIONS, "truncation_side", *_RENDER_OPTIONS, "select", "ignore", "threshold"),
+        "all_rows": ("fail_on",),
+        "ray_address": ("jobs", "pipeline", "pipeline_option", "dataset_name"),
+    }
+)
 def scan(
     datasets: Annotated[
         list[str],
@@ -140,22 +196,6 @@ def scan(
             show_default=False,
         ),
     ],
-    model: _OPTION.model = None,
-    layout: _OPTION.layout = None,
-    image_root: _OPTION.image_root = None,
-    split: _OPTION.split = None,
-    streaming: _OPTION.streaming = None,
-    max_length: _OPTION.max_length = None,
-    truncation_side: _OPTION.truncation_side = None,
-    exact: _OPTION.exact = None,
-    chat_template: _OPTION.chat_template = None,
-    add_generation_prompt: _OPTION.add_generation_prompt = None,
-    trust_remote_code: _OPTION.trust_remote_code = None,
-    allow_remote: _OPTION.allow_remote = None,
-    allow_outside_root: _OPTION.allow_outside_root = None,
-    select: _OPTION.select = None,
-    ignore: _OPTION.ignore = None,
-    threshold: _OPTION.threshold = None,
     config_file: Annotated[
         str | None,
         typer.Option(
@@ -177,7 +217,6 @@ def scan(
     all_rows: Annotated[
         bool, typer.Option(help="With --format jsonl: one line per row (counts and codes), not per finding.")
     ] = False,
-    fail_on: _OPTION.fail_on = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
     verify: Annotated[
@@ -205,10 +244,6 @@ def scan(
         str | None,
         typer.Option(help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local instance)."),
     ] = None,
-    jobs: _OPTION.jobs = None,
-    pipeline: _OPTION.pipeline = None,
-    pipeline_option: _OPTION.pipeline_option = None,
-    dataset_name: _OPTION.dataset_name = None,
     resume: Annotated[
         str | None,
         typer.Option(
@@ -216,12 +251,13 @@ def scan(
             "continue from it (removed when the scan completes)."
         ),
     ] = None,
+    *,
+    flags: dict[str, Any],
 ) -> None:
     """Scan datasets and report the rows that would overflow or mismatch for the model.
 
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
-    flags = _flags(locals())
     from vlmlint.report.formats import EmitOptions, emitter
     from vlmlint.session import ScanSession, SessionError, Terminated, signal_exit, signal_name, signals_raise
 
@@ -440,8 +476,21 @@ def _escaped_markup(text: str) -> str:
     return escape(printable(text))
 
 
+def _flag_value(raw: str) -> bool | int | float | str:
+    """A KEY=VALUE flag's VALUE (--pipeline-option, --threshold), by one rule: true or false in any case
+    is a boolean; else what Python's int(), then float() reads is a number (2048, 1_000, 0.5, .5, 1e3, and
+    nan or inf, which the checks refuse); else the text itself, stripped."""
+    text = raw.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        with contextlib.suppress(ValueError):
+            return kind(text)
+    return text
+
+
 def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | None:
-    """KEY=VALUE pairs; numbers and true/false become numbers and booleans, the rest stays text."""
+    """KEY=VALUE pairs (VALUE read by _flag_value), checked as a config file's pipeline-options are."""
     from vlmlint.config import ConfigError, check_setting
 
     if not values:
@@ -451,17 +500,7 @@ def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | Non
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise _fail(f"--pipeline-option takes KEY=VALUE, got {item!r}")
-        value: object = raw.strip()
-        if raw.strip().lower() in ("true", "false"):
-            value = raw.strip().lower() == "true"
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(raw)
-                    break
-                except ValueError:
-                    continue
-        parsed[key.strip().replace("-", "_")] = value
+        parsed[key.strip().replace("-", "_")] = _flag_value(raw)
     try:
         return dict(check_setting("pipeline_options", parsed))  # nan, inf: refused here
     except ConfigError as exc:
@@ -469,7 +508,8 @@ def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | Non
 
 
 def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
-    """NAME=NUMBER pairs, each checked as a config file's threshold is (known name, finite, in range)."""
+    """NAME=NUMBER pairs (NUMBER read by _flag_value), each checked as a config file's threshold is
+    (known name, finite, in range)."""
     from vlmlint.config import ConfigError, check_threshold
 
     if not values:
@@ -477,14 +517,8 @@ def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
     parsed = {}
     for item in values:
         name, sep, raw = item.partition("=")
-        value: float | None = None
-        for kind in (int, float):
-            try:
-                value = kind(raw.strip())
-                break
-            except ValueError:
-                continue
-        if not sep or value is None:
+        value = _flag_value(raw)
+        if not sep or isinstance(value, (bool, str)):
             raise _fail(f"--threshold takes NAME=NUMBER, got {item!r}")
         try:
             parsed[name.strip()] = check_threshold(name.strip(), value)
@@ -501,8 +535,9 @@ _FLAG_VALUE: dict[str, typing.Callable] = {
 }
 
 
-def _flags(params: dict) -> dict:
-    """A command's parameters as the flags build_config merges, by the settings table (None: not given)."""
+def _flags(params: dict[str, Any]) -> dict[str, Any]:
+    """A command's setting options (by parameter) as the flags build_config merges, by the settings
+    table: every setting that has a flag, None where not given (or not an option of this command)."""
     flags = {}
     for setting in SETTINGS:
         if setting.param is not None:
@@ -582,31 +617,21 @@ class StatsFormat(str, Enum):
 
 
 @app.command()
+@setting_options({"dataset": (*_MODEL_OPTIONS, *_RENDER_OPTIONS)})
 def stats(
     dataset: Annotated[
         str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
     ],
-    model: _OPTION.model = None,
-    layout: _OPTION.layout = None,
-    image_root: _OPTION.image_root = None,
-    split: _OPTION.split = None,
-    streaming: _OPTION.streaming = None,
-    max_length: _OPTION.max_length = None,
-    exact: _OPTION.exact = None,
-    chat_template: _OPTION.chat_template = None,
-    add_generation_prompt: _OPTION.add_generation_prompt = None,
-    trust_remote_code: _OPTION.trust_remote_code = None,
-    allow_remote: _OPTION.allow_remote = None,
-    allow_outside_root: _OPTION.allow_outside_root = None,
     config_file: _SCAN.config_file = None,
     output_format: Annotated[
         StatsFormat, typer.Option("--format", "-f", help="text (histograms) or json (for CI).")
     ] = StatsFormat.text,
     quiet: _SCAN.quiet = False,
+    *,
+    flags: dict[str, Any],
 ) -> None:
     """Histograms and percentiles of sequence lengths and image tokens, and the --max-length and image
     setting (Qwen-VL max_pixels, Idefics3 size.longest_edge) that keep 100% / 99.9% / 99% of rows."""
-    flags = _flags(locals())
     from vlmlint.models import ModelError
     from vlmlint.readers import DatasetError
     from vlmlint.session import SessionError, load_scanner
@@ -669,36 +694,45 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code such as VLM3
 
 
 @app.command("config")
+@setting_options(
+    {
+        "config_file": (
+            "model",
+            "max_length",
+            "truncation_side",
+            "select",
+            "ignore",
+            "fail_on",
+            "threshold",
+            "image_root",
+            "jobs",
+            *_SAFETY_OPTIONS,
+        )
+    },
+    help=_as_scan,
+)
 def show_config(
+    context: typer.Context,
     config_file: Annotated[
         str | None, typer.Option("--config", help="A vlmlint.toml or pyproject.toml.")
     ] = None,
-    model: _AS_SCAN.model = None,
-    max_length: _AS_SCAN.max_length = None,
-    truncation_side: _AS_SCAN.truncation_side = None,
-    select: _AS_SCAN.select = None,
-    ignore: _AS_SCAN.ignore = None,
-    fail_on: _AS_SCAN.fail_on = None,
-    threshold: _AS_SCAN.threshold = None,
-    image_root: _AS_SCAN.image_root = None,
-    jobs: _AS_SCAN.jobs = None,
-    trust_remote_code: _AS_SCAN.trust_remote_code = None,
-    allow_remote: _AS_SCAN.allow_remote = None,
-    allow_outside_root: _AS_SCAN.allow_outside_root = None,
+    *,
+    flags: dict[str, Any],
 ) -> None:
     """Print the effective settings (defaults < config file < flags), each with where it came from.
 
     A config file found by search is refused as scan refuses it when it relaxes safety.
     """
-    flags = _flags(locals())
     from vlmlint.config import THRESHOLDS
 
     config, path, settings = _config_with_sources(".", flags, config_file)
 
-    def origin(key: str, from_file: dict, from_flags: dict) -> str:
-        if from_flags.get(key) is not None:
+    def origin(setting: Setting) -> str:
+        # click's parameter source (by name: typer may bring its own copy of click's enum)
+        source = context.get_parameter_source(setting.param) if setting.param else None
+        if source is not None and source.name == "COMMANDLINE":
             return "flag"
-        return "file" if key in from_file else "default"
+        return "file" if setting.name in settings else "default"
 
     if path is None:
         print("# config file: none found")
@@ -709,16 +743,13 @@ def show_config(
     print("# setting = value  # where it comes from: default, file or flag")
     for setting in SETTINGS:  # a config file's settings, in ScanConfig's order; thresholds below
         if setting.in_file and setting.check != "thresholds":
-            value = _shown(getattr(config, setting.name))
-            print(f"{setting.name} = {value!r}  # {origin(setting.name, settings, flags)}")
+            print(f"{setting.name} = {_shown(getattr(config, setting.name))!r}  # {origin(setting)}")
     print("# thresholds: name = value  # where it comes from: meaning")
-    file_thresholds = {k.replace("-", "_"): v for k, v in (settings.get("thresholds") or {}).items()}
-    flag_thresholds = {k.replace("-", "_"): v for k, v in (flags["thresholds"] or {}).items()}
+    file_thresholds = {k.replace("-", "_") for k in settings.get("thresholds") or {}}
+    flag_thresholds = {k.replace("-", "_") for k in flags["thresholds"] or {}}
     for name, (_, meaning) in THRESHOLDS.items():
-        print(
-            f"{name} = {config.thresholds[name]!r}  "
-            f"# {origin(name, file_thresholds, flag_thresholds)}: {meaning}"
-        )
+        source = "flag" if name in flag_thresholds else "file" if name in file_thresholds else "default"
+        print(f"{name} = {config.thresholds[name]!r}  # {source}: {meaning}")
 
 
 def _shown(value):

@@ -1,6 +1,6 @@
-"""Scan settings: one frozen record built by the CLI (or a Python caller) and read by the engine.
+"""Scan settings checked and merged: the ScanConfig record (vlmlint/settings.py) built by the CLI or a caller.
 
-Settings come from, in rising priority: the defaults here, `[tool.vlmlint]` in pyproject.toml or a
+Settings come from, in rising priority: ScanConfig's defaults, `[tool.vlmlint]` in pyproject.toml or a
 vlmlint.toml (the nearest one at or above the working folder, or the one named with --config), then the
 command-line flags. Every value's type and range is checked here, whoever gives it.
 
@@ -17,42 +17,24 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from fnmatch import fnmatchcase
+from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from vlmlint.records import Severity
-from vlmlint.settings import (  # noqa: F401 (MAX_*: where they were)
+from vlmlint.settings import (  # noqa: F401 (MAX_*, THRESHOLDS, ScanConfig: where they were)
     FILE_KEYS,
     MAX_BATCH_SIZE,
     MAX_JOBS,
     MAX_LENGTH_LIMIT,
     SAFETY_SWITCHES,
     SETTINGS_BY_NAME,
+    THRESHOLD_DEFAULTS,
+    THRESHOLDS,
+    ScanConfig,
     Setting,
 )
-
-# Rule thresholds: name -> (default, what it means). Rules read them from the RuleContext, never as literals.
-THRESHOLDS: dict[str, tuple[float, str]] = {
-    "near_limit_share": (0.9, "VLM405: warn when a row uses more than this share of the length limit"),
-    "max_image_tokens_per_image": (16384, "VLM406: image tokens above which one image is a memory risk"),
-    "max_image_tokens_per_row": (32768, "VLM406: image tokens above which a row is a memory risk"),
-    "heavy_resize_factor": (16.0, "VLM208: area shrunk or grown by more than this factor"),
-    "tiny_image_side": (28, "VLM204: images with a side below this many pixels are upscaled a lot"),
-    "tiny_upscale_factor": (
-        2.0,
-        "VLM204: also images the processor enlarges more than this (area) to its min_pixels",
-    ),
-    "bomb_pixels": (89_478_485, "VLM202: images above this many pixels are never decoded (PIL's limit)"),
-    "max_text_chars": (
-        1_000_000,
-        "VLM408: rows whose rendered text is longer are not tokenized (about 250k tokens or more)",
-    ),
-    "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
-}
-THRESHOLD_DEFAULTS: Mapping[str, float] = MappingProxyType({k: v for k, (v, _) in THRESHOLDS.items()})
 
 # Each threshold's range: (low, high, whole number?, low excluded?). Outside it a rule would fire on
 # every row or never, so a typo or a hostile value is refused instead of switching a check off.
@@ -77,75 +59,6 @@ _CODE = re.compile(r"VLM[0-9]{0,3}")
 
 class ConfigError(ValueError):
     """A config file or value vlmlint cannot use; the message names it."""
-
-
-@dataclass(frozen=True)
-class ScanConfig:
-    dataset: str
-    model: str
-    layout: str | None = None
-    image_root: str | None = None
-    split: str | None = None
-    streaming: bool = False
-    max_length: int | None = None  # None: the model's text max_position_embeddings
-    truncation_side: str = "right"  # where a trainer cuts a row longer than max_length
-    exact: bool = False  # decode pixels and run the real image processor
-    use_chat_template: bool = True
-    add_generation_prompt: bool = False
-    trust_remote_code: bool = False
-    allow_remote: bool = False  # fetch http(s) images (never by default)
-    allow_outside_root: bool = False  # read images outside the dataset folder
-    fail_on: Severity = Severity.ERROR
-    select: tuple[str, ...] = ()  # rule codes or prefixes; empty: all
-    ignore: tuple[str, ...] = ()
-    thresholds: Mapping[str, float] = field(default_factory=lambda: THRESHOLD_DEFAULTS)
-    # glob -> codes or prefixes dropped for findings of the files it matches (ruff's per-file-ignores)
-    per_source_ignores: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    config_root: str | None = None  # the config file's folder: relative globs are matched from it
-    batch_size: int = 256
-    jobs: int = (
-        1  # processes that scan, this one included; 0: chosen for the model and cores (runner.default_jobs)
-    )
-    pipeline: str = "hf"  # the trainer whose preprocessing to predict (vlmlint/pipelines)
-    pipeline_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    dataset_name: str | None = None  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
-
-    def __reduce__(self):
-        # Why: MappingProxyType fields do not pickle, and Ray actors, Spark executors and spawned
-        # workers receive the config pickled. Rebuilt with the same read-only tables.
-        state = {item.name: getattr(self, item.name) for item in fields(self)}
-        tables = tuple(name for name, value in state.items() if isinstance(value, Mapping))
-        state.update({name: dict(state[name]) for name in tables})
-        return (_unpickle_config, (state, tables))
-
-    def rule_enabled(self, code: str) -> bool:
-        """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
-        if self.select and not any(code.startswith(prefix) for prefix in self.select):
-            return False
-        return not any(code.startswith(prefix) for prefix in self.ignore)
-
-    def source_ignores(self, source: str) -> tuple[str, ...]:
-        """The codes or prefixes per-source-ignores drops for findings of `source` (a report path)."""
-        if not self.per_source_ignores:
-            return ()
-        if source.endswith("]") and "[" in source and os.path.exists(source[: source.rindex("[")]):
-            source = source[: source.rindex("[")]  # a saved dataset's "folder[split]"
-        path = os.path.abspath(source)
-        candidates = [path, os.path.basename(path)]
-        relative = os.path.relpath(path, self.config_root or os.getcwd())
-        if not relative.startswith(".."):
-            candidates.append(relative.replace(os.sep, "/"))
-        return tuple(
-            code
-            for pattern, codes in self.per_source_ignores.items()
-            if any(fnmatchcase(candidate, pattern) for candidate in candidates)
-            for code in codes
-        )
-
-
-def _unpickle_config(state: dict[str, Any], tables: tuple[str, ...]) -> ScanConfig:
-    state.update({name: MappingProxyType(state[name]) for name in tables})
-    return ScanConfig(**state)
 
 
 def find_config_file(start: str | os.PathLike | None = None) -> Path | None:

@@ -1,29 +1,57 @@
-"""The settings table: every ScanConfig setting once, with how it is checked and how a flag gives it.
+"""The settings table: ScanConfig, each setting declared once with how it is checked and how a flag gives it.
 
-One row per setting (ScanConfig's fields but `dataset`, in their order). It drives the config file's
-known keys and its validation (config.check_setting), the safety switches a found config file cannot
-turn on, the typer options scan, stats and config share (vlmlint/cli.py) and the flags those commands
-hand to build_config, and the lines of `vlmlint config`.
+ScanConfig's fields (but `dataset`) are the settings: each carries its Setting in the field's metadata
+(`setting(...)` below), and SETTINGS is read from them, in ScanConfig's order. The table drives the
+config file's known keys and its validation (config.check_setting), the safety switches a found config
+file cannot turn on, the typer options scan, stats and config share (vlmlint/cli.py) and the flags those
+commands hand to build_config, and the lines of `vlmlint config`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
+from fnmatch import fnmatchcase
+from types import MappingProxyType
 from typing import Any
+
+from vlmlint.records import Severity
 
 MAX_LENGTH_LIMIT = 1 << 24  # the largest --max-length / max-length (16M tokens)
 MAX_JOBS = 256  # the most processes --jobs or jobs may ask for
 MAX_BATCH_SIZE = 1 << 20  # rows per batch (the Python API's batch-size)
 
+# Rule thresholds: name -> (default, what it means). Rules read them from the RuleContext, never as literals.
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "near_limit_share": (0.9, "VLM405: warn when a row uses more than this share of the length limit"),
+    "max_image_tokens_per_image": (16384, "VLM406: image tokens above which one image is a memory risk"),
+    "max_image_tokens_per_row": (32768, "VLM406: image tokens above which a row is a memory risk"),
+    "heavy_resize_factor": (16.0, "VLM208: area shrunk or grown by more than this factor"),
+    "tiny_image_side": (28, "VLM204: images with a side below this many pixels are upscaled a lot"),
+    "tiny_upscale_factor": (
+        2.0,
+        "VLM204: also images the processor enlarges more than this (area) to its min_pixels",
+    ),
+    "bomb_pixels": (89_478_485, "VLM202: images above this many pixels are never decoded (PIL's limit)"),
+    "max_text_chars": (
+        1_000_000,
+        "VLM408: rows whose rendered text is longer are not tokenized (about 250k tokens or more)",
+    ),
+    "pre_expanded_run": (8, "VLM302: this many placeholders in a row means already-expanded text"),
+}
+THRESHOLD_DEFAULTS: Mapping[str, float] = MappingProxyType({k: v for k, (v, _) in THRESHOLDS.items()})
+
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: its ScanConfig field and config-file key, its check, and its command-line flag."""
+    """One setting: its ScanConfig field and config-file key, its default and check, and its flag."""
 
     name: str  # the ScanConfig field; the config file's key is it with - for _ (either is read)
     check: (
         str  # how config.check_setting checks a value: bool, text, choice, whole, codes, ... (config._CHECKS)
     )
+    default: Any = MISSING  # ScanConfig's default (MISSING: required, as model is)
     bounds: tuple[Any, ...] = ()  # choice: the choices; whole: (lowest, highest)
     optional: bool = False  # None means "the default"
     in_file: bool = True  # a config file may set it (False: only a Python caller)
@@ -38,158 +66,222 @@ class Setting:
         return self.name.replace("_", "-")
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "model",
-        "text",
+def setting(default: Any = MISSING, check: str = "text", bounds: tuple[Any, ...] = (), **rest: Any) -> Any:
+    """A ScanConfig field declaring its setting: `rest` are Setting's (optional, param, flags, help, ...).
+
+    A table default (thresholds, per-source-ignores, pipeline-options) is read-only and shared: the field
+    hands out that same MappingProxyType.
+    """
+    row = Setting("", check, default, bounds, **rest)  # the name is the field's: filled in by SETTINGS
+    if isinstance(default, Mapping):
+        return field(default_factory=lambda: default, metadata={"setting": row})
+    return field(default=default, metadata={"setting": row})
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Everything a scan is told: built by the CLI from defaults < config file < flags (config.build_config)
+    or by a Python caller. Each field but `dataset` is a setting of the table (its `setting(...)`)."""
+
+    dataset: str
+    model: str = setting(
+        check="text",
         optional=True,
         param="model",
         flags=("--model", "-m"),
         help="Processor folder, built-in profile ('vlmlint models') or Hugging Face hub id "
         "(default: the qwen2-vl profile).",
-    ),
-    Setting(
-        "layout",
+    )
+    layout: str | None = setting(
+        None,
         "layout",
         optional=True,
         param="layout",
         help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized.",
-    ),
-    Setting(
-        "image_root",
+    )
+    image_root: str | None = setting(
+        None,
         "text",
         optional=True,
         param="image_root",
         help="Folder that relative image paths are resolved against.",
-    ),
-    Setting(
-        "split",
+    )
+    split: str | None = setting(
+        None,
         "text",
         optional=True,
         param="split",
         help="Split of a Hugging Face dataset (default: train).",
-    ),
-    Setting(
-        "streaming",
+    )
+    streaming: bool = setting(
+        False,
         "bool",
         param="streaming",
         flags=("--streaming",),
         help="Stream a hub dataset instead of downloading it.",
-    ),
-    Setting(
-        "max_length",
+    )
+    max_length: int | None = setting(  # None: the model's text max_position_embeddings
+        None,
         "whole",
         (1, MAX_LENGTH_LIMIT),
         optional=True,
         param="max_length",
         help="Maximum sequence length (default: the model's max_position_embeddings).",
-    ),
-    Setting(
-        "truncation_side",
+    )
+    truncation_side: str = setting(  # where a trainer cuts a row longer than max_length
+        "right",
         "choice",
         ("right", "left"),
         param="truncation_side",
         help="Where your trainer cuts rows longer than --max-length: right or left.",
-    ),
-    Setting(
-        "exact",
+    )
+    exact: bool = setting(  # decode pixels and run the real image processor
+        False,
         "bool",
         param="exact",
         flags=("--exact",),
         help="Decode every image and run the model's real image processor.",
-    ),
-    Setting(
-        "use_chat_template",
+    )
+    use_chat_template: bool = setting(
+        True,
         "bool",
         param="chat_template",
         flags=("--chat-template/--no-chat-template",),
         help="Render rows with the model's chat template (default), or count the raw text.",
-    ),
-    Setting(
-        "add_generation_prompt",
+    )
+    add_generation_prompt: bool = setting(
+        False,
         "bool",
         param="add_generation_prompt",
         flags=("--add-generation-prompt",),
         help="Render with add_generation_prompt=True (eval prompts).",
-    ),
-    Setting(
-        "trust_remote_code",
+    )
+    trust_remote_code: bool = setting(
+        False,
         "bool",
         safety_flag="--trust-remote-code",
         param="trust_remote_code",
         flags=("--trust-remote-code",),
         help="Allow processors that run code from the model repository.",
-    ),
-    Setting(
-        "allow_remote",
+    )
+    allow_remote: bool = setting(  # fetch http(s) images (never by default)
+        False,
         "bool",
         safety_flag="--allow-remote",
         param="allow_remote",
         flags=("--allow-remote",),
         help="Fetch http(s) images (never done otherwise).",
-    ),
-    Setting(
-        "allow_outside_root",
+    )
+    allow_outside_root: bool = setting(  # read images outside the dataset folder
+        False,
         "bool",
         safety_flag="--allow-outside-root",
         param="allow_outside_root",
         flags=("--allow-outside-root",),
         help="Read images whose path leaves the dataset folder.",
-    ),
-    Setting(
-        "fail_on",
+    )
+    fail_on: Severity = setting(
+        Severity.ERROR,
         "severity",
         param="fail_on",
         help="Exit 1 when a finding is at or above this severity (default error).",
-    ),
-    Setting(
-        "select",
+    )
+    select: tuple[str, ...] = setting(  # rule codes or prefixes; empty: all
+        (),
         "codes",
         param="select",
         help="Only these rule codes or prefixes, comma-separated (e.g. VLM3,VLM401).",
-    ),
-    Setting("ignore", "codes", param="ignore", help="Skip these rule codes or prefixes, comma-separated."),
-    Setting(
-        "thresholds",
+    )
+    ignore: tuple[str, ...] = setting(
+        (), "codes", param="ignore", help="Skip these rule codes or prefixes, comma-separated."
+    )
+    thresholds: Mapping[str, float] = setting(
+        THRESHOLD_DEFAULTS,
         "thresholds",
         param="threshold",
         help="Set a rule threshold, NAME=VALUE (repeatable); see 'vlmlint config'.",
-    ),
-    Setting("per_source_ignores", "per_source_ignores"),
-    Setting("config_root", "text", optional=True, in_file=False),
-    Setting("batch_size", "whole", (1, MAX_BATCH_SIZE), in_file=False),
-    Setting(
-        "jobs",
+    )
+    # glob -> codes or prefixes dropped for findings of the files it matches (ruff's per-file-ignores)
+    per_source_ignores: Mapping[str, tuple[str, ...]] = setting(MappingProxyType({}), "per_source_ignores")
+    # the config file's folder: relative globs are matched from it
+    config_root: str | None = setting(None, "text", optional=True, in_file=False)
+    batch_size: int = setting(256, "whole", (1, MAX_BATCH_SIZE), in_file=False)
+    jobs: int = setting(  # processes that scan, this one included
+        1,
         "whole",
         (0, MAX_JOBS),  # 0: chosen for the model and cores (runner.default_jobs)
         param="jobs",
         flags=("--jobs", "-j"),
         help="Processes that scan, this one included (default 0: as many as keep every core busy; "
         "1: this process only).",
-    ),
-    Setting(
-        "pipeline",
+    )
+    pipeline: str = setting(  # the trainer whose preprocessing to predict (vlmlint/pipelines)
+        "hf",
         "pipeline",
         param="pipeline",
         help="Predict what this trainer does to each row: hf (the raw processor, default), "
         "llamafactory, swift, trl.",
-    ),
-    Setting(
-        "pipeline_options",
+    )
+    pipeline_options: Mapping[str, Any] = setting(
+        MappingProxyType({}),
         "pipeline_options",
         param="pipeline_option",
         help="A trainer setting, KEY=VALUE (repeatable), e.g. cutoff_len=2048.",
-    ),
-    Setting(
-        "dataset_name",
+    )
+    dataset_name: str | None = setting(  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
+        None,
         "text",
         optional=True,
         param="dataset_name",
         flags=("--dataset",),
         help="With --pipeline llamafactory: the dataset_info.json entry to scan.",
-    ),
+    )
+
+    def __reduce__(self):
+        # Why: MappingProxyType fields do not pickle, and Ray actors, Spark executors and spawned
+        # workers receive the config pickled. Rebuilt with the same read-only tables.
+        state = {item.name: getattr(self, item.name) for item in fields(self)}
+        tables = tuple(name for name, value in state.items() if isinstance(value, Mapping))
+        state.update({name: dict(state[name]) for name in tables})
+        return (_unpickle_config, (state, tables))
+
+    def rule_enabled(self, code: str) -> bool:
+        """ruff-style selection: selected by code or prefix (all when none), minus the ignored ones."""
+        if self.select and not any(code.startswith(prefix) for prefix in self.select):
+            return False
+        return not any(code.startswith(prefix) for prefix in self.ignore)
+
+    def source_ignores(self, source: str) -> tuple[str, ...]:
+        """The codes or prefixes per-source-ignores drops for findings of `source` (a report path)."""
+        if not self.per_source_ignores:
+            return ()
+        if source.endswith("]") and "[" in source and os.path.exists(source[: source.rindex("[")]):
+            source = source[: source.rindex("[")]  # a saved dataset's "folder[split]"
+        path = os.path.abspath(source)
+        candidates = [path, os.path.basename(path)]
+        relative = os.path.relpath(path, self.config_root or os.getcwd())
+        if not relative.startswith(".."):
+            candidates.append(relative.replace(os.sep, "/"))
+        return tuple(
+            code
+            for pattern, codes in self.per_source_ignores.items()
+            if any(fnmatchcase(candidate, pattern) for candidate in candidates)
+            for code in codes
+        )
+
+
+def _unpickle_config(state: dict[str, Any], tables: tuple[str, ...]) -> ScanConfig:
+    state.update({name: MappingProxyType(state[name]) for name in tables})
+    return ScanConfig(**state)
+
+
+# The table, read from ScanConfig's fields (in their order), each row named after its field.
+SETTINGS: tuple[Setting, ...] = tuple(
+    replace(item.metadata["setting"], name=item.name)
+    for item in fields(ScanConfig)
+    if "setting" in item.metadata
 )
-SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
-FILE_KEYS: frozenset[str] = frozenset(setting.name for setting in SETTINGS if setting.in_file)
+SETTINGS_BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS}
+FILE_KEYS: frozenset[str] = frozenset(row.name for row in SETTINGS if row.in_file)
 # Switches a found config file cannot turn on: key -> the flag that can.
-SAFETY_SWITCHES: dict[str, str] = {s.name: s.safety_flag for s in SETTINGS if s.safety_flag}
+SAFETY_SWITCHES: dict[str, str] = {row.name: row.safety_flag for row in SETTINGS if row.safety_flag}
