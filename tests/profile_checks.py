@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from tests.conftest import DATASETS, real_processor
 from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.models import load_model, profiles
+from vlmlint.template_cache import conversation_for_template
 
 
 def scan_equals_real_processor(

@@ -13,7 +13,8 @@ from PIL import Image, ImageOps
 
 from tests.conftest import DATASETS, FIXTURES, PROCESSORS, real_processor
 from vlmlint.config import THRESHOLD_DEFAULTS, ScanConfig
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
+from vlmlint.template_cache import conversation_for_template
 
 DATASET_NAMES = sorted(p.stem for p in (FIXTURES / "expected").glob("*.json"))
 PROCESSOR_NAMES = sorted(p.name for p in PROCESSORS.iterdir() if p.is_dir())

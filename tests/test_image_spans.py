@@ -24,8 +24,9 @@ from PIL import Image
 
 from tests.conftest import PROCESSORS, real_processor
 from vlmlint.config import ScanConfig
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.records import ImageRef, Message, Part, Role, Sample
+from vlmlint.template_cache import conversation_for_template
 
 SEPARATOR = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
 SIZES = [(640, 480), (100, 300), (900, 200)]  # width, height

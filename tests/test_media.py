@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 from tests.conftest import DATASETS, PROCESSORS
 from vlmlint.cli import app
 from vlmlint.config import ScanConfig, build_config
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.readers import iter_samples
 from vlmlint.readers.layouts import ImageResolver, row_to_sample, split_placeholders
 from vlmlint.records import MediaRef, Part
 from vlmlint.report import row_record
+from vlmlint.template_cache import conversation_for_template
 
 MEDIA = DATASETS / "media"
 MODEL = str(PROCESSORS / "qwen2-vl-small")

@@ -41,7 +41,6 @@ from vlmlint.records import (
     sample_beyond_bounds,
 )
 from vlmlint.rules import ALL_RULES, Rule, RuleContext
-from vlmlint.template_cache import conversation_for_template  # noqa: F401  # tests import it from here
 
 _IMAGE_CACHE_SIZE = 65536
 # Embedded bytes (data: URIs, parquet image cells, webdataset members) a scan keeps in the outcomes of

@@ -19,9 +19,10 @@ from PIL import Image, ImageOps
 
 from tests.conftest import DATASETS, PROCESSORS
 from vlmlint.config import ScanConfig
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.models import load_model, mllama
 from vlmlint.readers import iter_samples
+from vlmlint.template_cache import conversation_for_template
 
 FOLDER = PROCESSORS / "llama-3.2-11b-vision-instruct"
 HUB = mllama.MllamaSettings(tile_size=560, max_image_tiles=4)
