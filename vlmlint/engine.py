@@ -428,6 +428,19 @@ class Scanner:
         """The text the processor tokenizes (TextEncoder.render)."""
         return self.encoder.render(messages)
 
+    def _render_template(self, messages: tuple[Message, ...]) -> str:
+        """One full jinja render, without the shape cache (TextEncoder._render_template)."""
+        return self.encoder._render_template(messages)
+
+    @property
+    def _shape_cache(self) -> Any:
+        """The encoder's template shape cache (None before the first render); tests swap it."""
+        return self.encoder._shape_cache
+
+    @_shape_cache.setter
+    def _shape_cache(self, cache: Any) -> None:
+        self.encoder._shape_cache = cache
+
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems or sample.pretokenized is not None:
             return _Prepared(sample, (), 0)  # nothing to count: unusable, or the processor already ran
