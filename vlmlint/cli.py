@@ -259,7 +259,7 @@ def scan(
     Several DATASETs make one report with one model load; an unreadable one is skipped, exit code 2.
     """
     from vlmlint.report.formats import EmitOptions, emitter
-    from vlmlint.session import ScanSession, SessionError, Terminated, signal_exit, signal_name, signals_raise
+    from vlmlint.session import ScanSession, SessionError
 
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
@@ -271,34 +271,15 @@ def scan(
     except SessionError as exc:
         raise _fail(str(exc)) from None
     stdout = _OutputFile(output) if output else sys.stdout
-    emit = emitter(output_format.value, stdout, EmitOptions(all_rows=all_rows, table_rows=table_rows))
-    pipe_closed = False  # the reader of stdout went away (`| head`): nothing more is written there
-
-    def on_outcome(outcome) -> None:
-        nonlocal pipe_closed
-        if not pipe_closed:
-            try:
-                emit.row(outcome)  # jsonl writes its lines as the scan goes
-            except BrokenPipeError:  # `| head`: the scan goes on for the exit code
-                pipe_closed = _silence(stdout)
-
+    rows = _Rows(
+        emitter(output_format.value, stdout, EmitOptions(all_rows=all_rows, table_rows=table_rows)), stdout
+    )
     try:
-        result = session.run(_Bar(not quiet and sys.stderr.isatty(), "scanning"), on_outcome)
+        result = session.run(_Bar(not quiet and sys.stderr.isatty(), "scanning"), rows)
     except SessionError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
-    try:  # a signal while the report is written: exit 130/143, and no report file half written
-        with signals_raise():
-            _write_reports(
-                stdout, result.summary, session.scanner, config, datasets, result.unreadable,
-                result.interrupted, baseline, report, output_format, emit, pipe_closed,
-            )  # fmt: skip
-    except (KeyboardInterrupt, Terminated) as exc:
-        name = signal_name(exc)
-        _say(f"vlmlint: interrupted ({name}) while writing the report; no report written")
-        raise typer.Exit(signal_exit(name)) from None
-    finally:
-        _discard(stdout)  # nothing left behind when the report was not committed
+    _write_reports(stdout, rows, result, session.scanner, config, datasets, baseline, report, output_format)
     session.finish(result)  # after the report: it read the findings restored from the checkpoint
     if result.error and not result.interrupted:
         raise _fail(result.error)
@@ -308,7 +289,44 @@ def scan(
     raise typer.Exit(result.exit_code)
 
 
-def _write_reports(
+class _Rows:
+    """What the scan hands each row's outcome to: the emitter (jsonl writes its lines as the scan goes).
+
+    `closed`: the reader of stdout went away (`| head`); nothing more is written there, the scan goes on
+    for the exit code.
+    """
+
+    def __init__(self, emit, stdout) -> None:
+        self.emit, self.stdout, self.closed = emit, stdout, False
+
+    def __call__(self, outcome) -> None:
+        if not self.closed:
+            try:
+                self.emit.row(outcome)
+            except BrokenPipeError:
+                self.closed = _silence(self.stdout)
+
+
+def _write_reports(stdout, rows, result, scanner, config, datasets, baseline, report, output_format) -> None:
+    """The reports of a finished (or interrupted) scan; a signal while they are written exits 130/143
+    with no report file half written, and nothing is left behind when the report was not committed."""
+    from vlmlint.session import Terminated, signal_exit, signal_name, signals_raise
+
+    try:
+        with signals_raise():
+            _emit_reports(
+                stdout, result.summary, scanner, config, datasets, result.unreadable,
+                result.interrupted, baseline, report, output_format, rows.emit, rows.closed,
+            )  # fmt: skip
+    except (KeyboardInterrupt, Terminated) as exc:
+        name = signal_name(exc)
+        _say(f"vlmlint: interrupted ({name}) while writing the report; no report written")
+        raise typer.Exit(signal_exit(name)) from None
+    finally:
+        _discard(stdout)
+
+
+def _emit_reports(
     stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
     output_format, emit, pipe_closed,
 ) -> None:  # fmt: skip
