@@ -20,9 +20,10 @@ from PIL import Image
 
 from tests.conftest import DATASETS, PROCESSORS, real_processor
 from vlmlint.config import ScanConfig
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.models import CountError, llava_onevision, load_model
 from vlmlint.models.base import ImageCount, Run, processor_defaults
+from vlmlint.template_cache import conversation_for_template
 
 FOLDER = PROCESSORS / "llava-onevision-qwen2-7b-ov"
 HUB_PINPOINTS = [[h, w] for h in range(384, 2305, 384) for w in range(384, 2305, 384)]

@@ -32,8 +32,9 @@ from tests.conftest import (
     real_pixtral_processor_class,
 )
 from vlmlint.config import ScanConfig
-from vlmlint.engine import Scanner, conversation_for_template
+from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, load_model, pixtral
+from vlmlint.template_cache import conversation_for_template
 
 PIXTRAL = PROCESSORS / "pixtral-12b"
 MISTRAL3 = PROCESSORS / "mistral-small-3.1-24b"
