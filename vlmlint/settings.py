@@ -59,6 +59,7 @@ class Setting:
     param: str | None = None  # the parameter of scan, stats and config that gives it (None: no flag)
     flags: tuple[str, ...] = ()  # the flag's names (empty: typer's --param-name)
     help: str = ""  # the flag's help in `vlmlint scan --help`
+    switch: bool = False  # a plain on-switch: its parameter is its name and its flag --<key> (switch())
 
     @property
     def key(self) -> str:
@@ -76,6 +77,12 @@ def setting(default: Any = MISSING, check: str = "text", bounds: tuple[Any, ...]
     if isinstance(default, Mapping):
         return field(default_factory=lambda: default, metadata={"setting": row})
     return field(default=default, metadata={"setting": row})
+
+
+def switch(help: str, safety: bool = False) -> Any:
+    """An off-by-default boolean setting whose flag is --<its key> (`safety`: a found config file cannot
+    turn it on, only that flag or --config)."""
+    return setting(False, "bool", help=help, switch=True, safety_flag="" if safety else None)
 
 
 @dataclass(frozen=True)
@@ -113,13 +120,7 @@ class ScanConfig:
         param="split",
         help="Split of a Hugging Face dataset (default: train).",
     )
-    streaming: bool = setting(
-        False,
-        "bool",
-        param="streaming",
-        flags=("--streaming",),
-        help="Stream a hub dataset instead of downloading it.",
-    )
+    streaming: bool = switch("Stream a hub dataset instead of downloading it.")
     max_length: int | None = setting(  # None: the model's text max_position_embeddings
         None,
         "whole",
@@ -135,13 +136,9 @@ class ScanConfig:
         param="truncation_side",
         help="Where your trainer cuts rows longer than --max-length: right or left.",
     )
-    exact: bool = setting(  # decode pixels and run the real image processor
-        False,
-        "bool",
-        param="exact",
-        flags=("--exact",),
-        help="Decode every image and run the model's real image processor.",
-    )
+    exact: bool = switch(
+        "Decode every image and run the model's real image processor."
+    )  # decode pixels and run the real image processor
     use_chat_template: bool = setting(
         True,
         "bool",
@@ -149,37 +146,14 @@ class ScanConfig:
         flags=("--chat-template/--no-chat-template",),
         help="Render rows with the model's chat template (default), or count the raw text.",
     )
-    add_generation_prompt: bool = setting(
-        False,
-        "bool",
-        param="add_generation_prompt",
-        flags=("--add-generation-prompt",),
-        help="Render with add_generation_prompt=True (eval prompts).",
-    )
-    trust_remote_code: bool = setting(
-        False,
-        "bool",
-        safety_flag="--trust-remote-code",
-        param="trust_remote_code",
-        flags=("--trust-remote-code",),
-        help="Allow processors that run code from the model repository.",
-    )
-    allow_remote: bool = setting(  # fetch http(s) images (never by default)
-        False,
-        "bool",
-        safety_flag="--allow-remote",
-        param="allow_remote",
-        flags=("--allow-remote",),
-        help="Fetch http(s) images (never done otherwise).",
-    )
-    allow_outside_root: bool = setting(  # read images outside the dataset folder
-        False,
-        "bool",
-        safety_flag="--allow-outside-root",
-        param="allow_outside_root",
-        flags=("--allow-outside-root",),
-        help="Read images whose path leaves the dataset folder.",
-    )
+    add_generation_prompt: bool = switch("Render with add_generation_prompt=True (eval prompts).")
+    trust_remote_code: bool = switch("Allow processors that run code from the model repository.", safety=True)
+    allow_remote: bool = switch(
+        "Fetch http(s) images (never done otherwise).", safety=True
+    )  # fetch http(s) images (never by default)
+    allow_outside_root: bool = switch(
+        "Read images whose path leaves the dataset folder.", safety=True
+    )  # read images outside the dataset folder
     fail_on: Severity = setting(
         Severity.ERROR,
         "severity",
@@ -276,10 +250,16 @@ def _unpickle_config(state: dict[str, Any], tables: tuple[str, ...]) -> ScanConf
 
 
 # The table, read from ScanConfig's fields (in their order), each row named after its field.
+def _named(row: Setting, name: str) -> Setting:
+    row = replace(row, name=name)
+    if not row.switch:
+        return row
+    flag = f"--{row.key}"
+    return replace(row, param=name, flags=(flag,), safety_flag=flag if row.safety_flag is not None else None)
+
+
 SETTINGS: tuple[Setting, ...] = tuple(
-    replace(item.metadata["setting"], name=item.name)
-    for item in fields(ScanConfig)
-    if "setting" in item.metadata
+    _named(item.metadata["setting"], item.name) for item in fields(ScanConfig) if "setting" in item.metadata
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS}
 FILE_KEYS: frozenset[str] = frozenset(row.name for row in SETTINGS if row.in_file)
