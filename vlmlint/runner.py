@@ -162,17 +162,13 @@ def expand(units: Iterable[Unit]) -> Iterator[Sample]:
             yield unit
 
 
+# What reports print of a row: its place, id, layout and content hash.
+_HEADLINE_FIELDS = ("source", "index", "line", "id", "layout", "fingerprint", "key")
+
+
 def headline(sample: Sample) -> Sample:
-    """What reports print of a row (its place, id, layout, content hash), without its content."""
-    return Sample(
-        source=sample.source,
-        index=sample.index,
-        line=sample.line,
-        id=sample.id,
-        layout=sample.layout,
-        fingerprint=sample.fingerprint,
-        key=sample.key,
-    )
+    """The row's headline (_HEADLINE_FIELDS) without its content: what a worker sends back."""
+    return Sample(**{name: getattr(sample, name) for name in _HEADLINE_FIELDS})
 
 
 def _init_worker(scanner_class: type[Scanner], config, rule_codes: tuple[str, ...]) -> None:
