@@ -67,13 +67,19 @@ class Setting:
         return self.name.replace("_", "-")
 
 
+_FIELD_NAME = "<the field's name>"  # setting()'s default parameter: the one named as the field
+
+
 def setting(default: Any = MISSING, check: str = "text", bounds: tuple[Any, ...] = (), **rest: Any) -> Any:
     """A ScanConfig field declaring its setting: `rest` are Setting's (optional, param, flags, help, ...).
 
     A table default (thresholds, per-source-ignores, pipeline-options) is read-only and shared: the field
     hands out that same MappingProxyType.
     """
-    row = Setting("", check, default, bounds, **rest)  # the name is the field's: filled in by SETTINGS
+    # The name is the field's, filled in by SETTINGS; so is the parameter unless given (None: no flag).
+    rest.setdefault("param", _FIELD_NAME)
+    rest.setdefault("optional", default is None or default is MISSING)  # None: "the default"
+    row = Setting("", check, default, bounds, **rest)
     if isinstance(default, Mapping):
         return field(default_factory=lambda: default, metadata={"setting": row})
     return field(default=default, metadata={"setting": row})
@@ -93,52 +99,31 @@ class ScanConfig:
     dataset: str
     model: str = setting(
         check="text",
-        optional=True,
-        param="model",
         flags=("--model", "-m"),
         help="Processor folder, built-in profile ('vlmlint models') or Hugging Face hub id "
         "(default: the qwen2-vl profile).",
     )
     layout: str | None = setting(
-        None,
-        "layout",
-        optional=True,
-        param="layout",
-        help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized.",
+        None, "layout", help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized."
     )
     image_root: str | None = setting(
-        None,
-        "text",
-        optional=True,
-        param="image_root",
-        help="Folder that relative image paths are resolved against.",
+        None, "text", help="Folder that relative image paths are resolved against."
     )
-    split: str | None = setting(
-        None,
-        "text",
-        optional=True,
-        param="split",
-        help="Split of a Hugging Face dataset (default: train).",
-    )
+    split: str | None = setting(None, "text", help="Split of a Hugging Face dataset (default: train).")
     streaming: bool = switch("Stream a hub dataset instead of downloading it.")
     max_length: int | None = setting(  # None: the model's text max_position_embeddings
         None,
         "whole",
         (1, MAX_LENGTH_LIMIT),
-        optional=True,
-        param="max_length",
         help="Maximum sequence length (default: the model's max_position_embeddings).",
     )
     truncation_side: str = setting(  # where a trainer cuts a row longer than max_length
         "right",
         "choice",
         ("right", "left"),
-        param="truncation_side",
         help="Where your trainer cuts rows longer than --max-length: right or left.",
     )
-    exact: bool = switch(
-        "Decode every image and run the model's real image processor."
-    )  # decode pixels and run the real image processor
+    exact: bool = switch("Decode every image and run the model's real image processor.")
     use_chat_template: bool = setting(
         True,
         "bool",
@@ -148,27 +133,15 @@ class ScanConfig:
     )
     add_generation_prompt: bool = switch("Render with add_generation_prompt=True (eval prompts).")
     trust_remote_code: bool = switch("Allow processors that run code from the model repository.", safety=True)
-    allow_remote: bool = switch(
-        "Fetch http(s) images (never done otherwise).", safety=True
-    )  # fetch http(s) images (never by default)
-    allow_outside_root: bool = switch(
-        "Read images whose path leaves the dataset folder.", safety=True
-    )  # read images outside the dataset folder
+    allow_remote: bool = switch("Fetch http(s) images (never done otherwise).", safety=True)
+    allow_outside_root: bool = switch("Read images whose path leaves the dataset folder.", safety=True)
     fail_on: Severity = setting(
-        Severity.ERROR,
-        "severity",
-        param="fail_on",
-        help="Exit 1 when a finding is at or above this severity (default error).",
+        Severity.ERROR, "severity", help="Exit 1 when a finding is at or above this severity (default error)."
     )
     select: tuple[str, ...] = setting(  # rule codes or prefixes; empty: all
-        (),
-        "codes",
-        param="select",
-        help="Only these rule codes or prefixes, comma-separated (e.g. VLM3,VLM401).",
+        (), "codes", help="Only these rule codes or prefixes, comma-separated (e.g. VLM3,VLM401)."
     )
-    ignore: tuple[str, ...] = setting(
-        (), "codes", param="ignore", help="Skip these rule codes or prefixes, comma-separated."
-    )
+    ignore: tuple[str, ...] = setting((), "codes", help="Skip these rule codes or prefixes, comma-separated.")
     thresholds: Mapping[str, float] = setting(
         THRESHOLD_DEFAULTS,
         "thresholds",
@@ -176,15 +149,16 @@ class ScanConfig:
         help="Set a rule threshold, NAME=VALUE (repeatable); see 'vlmlint config'.",
     )
     # glob -> codes or prefixes dropped for findings of the files it matches (ruff's per-file-ignores)
-    per_source_ignores: Mapping[str, tuple[str, ...]] = setting(MappingProxyType({}), "per_source_ignores")
+    per_source_ignores: Mapping[str, tuple[str, ...]] = setting(
+        MappingProxyType({}), "per_source_ignores", param=None
+    )
     # the config file's folder: relative globs are matched from it
-    config_root: str | None = setting(None, "text", optional=True, in_file=False)
-    batch_size: int = setting(256, "whole", (1, MAX_BATCH_SIZE), in_file=False)
+    config_root: str | None = setting(None, "text", param=None, in_file=False)
+    batch_size: int = setting(256, "whole", (1, MAX_BATCH_SIZE), param=None, in_file=False)
     jobs: int = setting(  # processes that scan, this one included
         1,
         "whole",
         (0, MAX_JOBS),  # 0: chosen for the model and cores (runner.default_jobs)
-        param="jobs",
         flags=("--jobs", "-j"),
         help="Processes that scan, this one included (default 0: as many as keep every core busy; "
         "1: this process only).",
@@ -192,7 +166,6 @@ class ScanConfig:
     pipeline: str = setting(  # the trainer whose preprocessing to predict (vlmlint/pipelines)
         "hf",
         "pipeline",
-        param="pipeline",
         help="Predict what this trainer does to each row: hf (the raw processor, default), "
         "llamafactory, swift, trl.",
     )
@@ -205,8 +178,6 @@ class ScanConfig:
     dataset_name: str | None = setting(  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
         None,
         "text",
-        optional=True,
-        param="dataset_name",
         flags=("--dataset",),
         help="With --pipeline llamafactory: the dataset_info.json entry to scan.",
     )
@@ -251,7 +222,7 @@ def _unpickle_config(state: dict[str, Any], tables: tuple[str, ...]) -> ScanConf
 
 # The table, read from ScanConfig's fields (in their order), each row named after its field.
 def _named(row: Setting, name: str) -> Setting:
-    row = replace(row, name=name)
+    row = replace(row, name=name, param=name if row.param == _FIELD_NAME else row.param)
     if not row.switch:
         return row
     flag = f"--{row.key}"
