@@ -1,12 +1,14 @@
 """The `html` format: one self-contained page (inline CSS, SVG and images; no external asset).
 
-The page shows the model and settings, the summary, two histograms (sequence length per row, image
-tokens per image) as inline SVG, and the findings table with a thumbnail of each flagged row's images.
-Only flagged rows' images are decoded, and only the first MAX_PREVIEW_FINDINGS findings get previews.
-URLs are never fetched, images outside the dataset folder are read only when the scan allowed it, and
-images above the decompression-bomb limit are never decoded. Every dataset string is escaped: dataset
-text is untrusted. A Content-Security-Policy keeps the page from loading anything but data: images, and
-the tiny filter script is optional (the page is complete without it).
+The page comes from the jinja2 template templates/report.html.j2 (its pieces in macros.html.j2); this
+module computes the values it shows, as plain records, and the template lays them out. It shows the
+model and settings, the summary, two histograms (sequence length per row, image tokens per image) as
+inline SVG, and the findings table with a thumbnail of each flagged row's images. Only flagged rows'
+images are decoded, and only the first MAX_PREVIEW_FINDINGS findings get previews. URLs are never
+fetched, images outside the dataset folder are read only when the scan allowed it, and images above the
+decompression-bomb limit are never decoded. Every dataset string is escaped (the template's autoescape):
+dataset text is untrusted. A Content-Security-Policy keeps the page from loading anything but data:
+images, and the tiny filter script is optional (the page is complete without it).
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ import io
 import os
 import warnings
 from dataclasses import dataclass
+from functools import cache
 from html import escape
+from pathlib import Path
 from typing import Any
+
+from markupsafe import Markup
 
 from vlmlint.aggregate import Bin, histogram
 from vlmlint.records import ImageError, ImageInfo, ImageRef, RowResult
@@ -131,11 +137,6 @@ class Preview:
     note: str
 
 
-def _e(value: Any) -> str:
-    # printable: a file name's newline would start a line of its own where the page is printed (a CI log).
-    return escape(printable("" if value is None else str(value)), quote=True)
-
-
 def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
@@ -218,6 +219,248 @@ def _to_rgb(image):
     return image.convert("RGB")
 
 
+# ------------------------------------------------------------------------------------ the page's records
+# Plain values for the template, much of it dataset text: the template escapes each value where it is
+# written (autoescape, with _finalize); only what is Markup (built here, said why) is written as is.
+
+
+@dataclass(frozen=True)
+class Thumb:
+    """One image of a findings row's preview cell: a picture (uri) or the reason there is none (note)."""
+
+    label: str  # "image N: <the dataset's reference>"
+    uri: Markup | None
+    note: str
+
+
+@dataclass(frozen=True)
+class PreviewCell:
+    """A findings row's preview column; thumbs is None past MAX_PREVIEW_FINDINGS."""
+
+    thumbs: tuple[Thumb, ...] | None
+    more: str | None = None  # "N more images not shown"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A findings row's token counts; seq_len None when the row was never counted."""
+
+    seq_len: int | None
+    text: str
+    images: str
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """One row of the findings table: one finding, with its dataset row's preview and counts."""
+
+    code: str
+    level: str
+    name: str
+    location: str
+    id: Any
+    message: Any
+    fix: Any
+    preview: PreviewCell
+    counts: Counts
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One histogram bar, its coordinates already formatted as the SVG carries them."""
+
+    x: str
+    y: str
+    width: str
+    height: str
+    span: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A histogram's bars and axes, in SVG user units (floats already formatted as the SVG has them)."""
+
+    bars: tuple[Bar, ...]
+    width: int
+    height: int
+    left: int  # the y axis
+    right: int  # the x axis's end
+    top: int
+    axis_y: int  # the x axis
+    peak: int  # the tallest bar's count
+    low: int  # the first bin's start
+    last: int  # the last value of the last bin
+    middle: str  # the unit label's x
+    bin_width: int
+    limit_x: str | None  # the --max-length line, where it falls inside the chart
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One histogram: its title and unit, and the plot (None: no values)."""
+
+    title: str
+    unit: str
+    plot: Plot | None
+
+
+@dataclass(frozen=True)
+class ByCode:
+    """One code's row of the by-code table, and its option in the code filter."""
+
+    code: str
+    name: str
+    level: str
+    count: int
+
+
+# ---------------------------------------------------------------------------------------- the template
+
+_TEMPLATES = Path(__file__).with_name("templates")
+
+
+def _finalize(value: Any) -> Any:
+    """Every {{ value }} of the template, escaped as the page always was.
+
+    printable first (a file name's newline would start a line of its own where the page is printed, a
+    CI log), then html.escape with quote=True: markupsafe's own escape writes ' as &#39; where the page
+    has &#x27;. The Markup returned tells autoescape the value is escaped already; values that are Markup
+    (the CSS, the script, data: URIs, macro output) pass untouched.
+    """
+    if hasattr(value, "__html__"):
+        return value
+    return Markup(escape(printable("" if value is None else str(value)), quote=True))
+
+
+@cache
+def _environment():
+    """The template environment, built on first use (the page is rarely asked for)."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        finalize=_finalize,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def render(report) -> str:
+    """The whole page as one string (report is a formats.ReportInput), from templates/report.html.j2."""
+    data: dict[str, Any] = report.report
+    summary = report.summary
+    settings: dict[str, Any] = data.get("settings", {})
+    model: dict[str, Any] = data.get("model", {})
+    stats: dict[str, Any] = data.get("summary") or summary.to_dict()
+    names, levels = _rule_names(report), _severity_of(report)
+    total_findings = sum(summary.by_code.values())
+    rows = _finding_rows(summary, settings)
+    limit = settings.get("max_length")
+    page = {
+        # Both are this module's constants (no dataset text); the CSP hashes them exactly as written.
+        "style": Markup(_STYLE),
+        "script": Markup(_SCRIPT),
+        "csp": _CSP,
+        "dataset": settings.get("dataset", ""),
+        "version": data.get("vlmlint_version", ""),
+        "model_name": report.model_name,
+        "incomplete": _incomplete(data),
+        "estimated": report.text_tokens_estimated,
+        "media": _media(summary),
+        "cards": [
+            ("rows scanned", stats.get("samples", summary.samples)),
+            ("rows with findings", stats.get("samples_with_findings", summary.samples_with_findings)),
+            ("findings", total_findings),
+        ],
+        "severities": [(level, summary.by_severity.get(level, 0)) for level in _SEVERITIES],
+        "by_code": [
+            ByCode(code, names.get(code, ""), levels.get(code, "info"), count)
+            for code, count in sorted(summary.by_code.items())
+        ],
+        "percentile_names": _PERCENTILES,
+        "percentiles": [
+            (label, [_show((stats.get(key) or {}).get(p)) for p in _PERCENTILES])
+            for label, key in (
+                ("sequence length", "seq_len"),
+                ("image tokens / image", "image_tokens_per_image"),
+            )
+        ],
+        "verify": stats.get("verify") or {},
+        "charts": [
+            _chart(
+                "Sequence length per row",
+                histogram(summary.seq_lens, HISTOGRAM_BINS),
+                "tokens",
+                limit if isinstance(limit, int) else None,
+            ),
+            _chart("Image tokens per image", histogram(summary.image_tokens, HISTOGRAM_BINS), "image tokens"),
+        ],
+        "total_findings": total_findings,
+        "flagged": bool(summary.flagged),
+        "rows": rows,
+        "severity_names": _SEVERITIES,
+        "max_preview_findings": MAX_PREVIEW_FINDINGS,
+        "model": [(k, _show(v)) for k, v in model.items()],
+        "settings": [(k, _show(v)) for k, v in settings.items()],
+    }
+    return _environment().get_template("report.html.j2").render(page)
+
+
+def _incomplete(data: dict[str, Any]) -> str | None:
+    """An interrupted scan's banner text, or None."""
+    if not data.get("incomplete"):
+        return None
+    from vlmlint.report.github import incomplete_text
+
+    return incomplete_text(data["incomplete"])
+
+
+def _media(summary) -> str | None:
+    """The line on video and audio that vlmlint does not count, or None."""
+    if not summary.media_rows:
+        return None
+    from vlmlint.report.text import media_line
+
+    return media_line(summary)
+
+
+def _finding_rows(summary, settings: dict[str, Any]) -> list[FindingRow]:
+    """Findings: one table row per finding (at most MAX_TABLE_ROWS), with its dataset row's images."""
+    allow_outside = bool(settings.get("allow_outside_root", False))
+    rows: list[FindingRow] = []
+    for outcome in summary.flagged:
+        if len(rows) >= MAX_TABLE_ROWS:
+            break
+        result = outcome.result
+        previews = _row_previews(result, allow_outside) if len(rows) < MAX_PREVIEW_FINDINGS else None
+        cell = _preview_cell(result, previews)
+        counts = _counts(result)
+        for finding in outcome.findings:
+            if len(rows) >= MAX_TABLE_ROWS:
+                break
+            if len(rows) >= MAX_PREVIEW_FINDINGS:  # the limit falls inside this dataset row's findings
+                cell = PreviewCell(None)
+            rows.append(
+                FindingRow(
+                    code=finding.code,
+                    level=finding.severity.value,
+                    name=finding.name,
+                    location=result.sample.location,
+                    id=finding.id,
+                    message=finding.message,
+                    fix=finding.fix,
+                    preview=cell,
+                    counts=counts,
+                )
+            )
+    return rows
+
+
 def _row_previews(result: RowResult, allow_outside_root: bool) -> list[Preview]:
     images = result.sample.images
     infos: tuple[ImageInfo | None, ...] = (
@@ -232,81 +475,72 @@ def _row_previews(result: RowResult, allow_outside_root: bool) -> list[Preview]:
     return previews
 
 
-def _preview_cell(result: RowResult, previews: list[Preview] | None) -> str:
+def _preview_cell(result: RowResult, previews: list[Preview] | None) -> PreviewCell:
     if previews is None:
-        return f'<div class="nopreview">no preview: only the first {MAX_PREVIEW_FINDINGS} findings have one</div>'
-    if not previews:
-        return '<div class="nopreview">no image in this row</div>'
-    cells = []
-    for number, (ref, preview) in enumerate(zip(result.sample.images, previews, strict=False), 1):
-        label = f"image {number}: {ref.reference}"
-        if preview.uri is not None:
-            cells.append(
-                f'<img src="{preview.uri}" alt="{_e(label)}" title="{_e(label)} ({_e(preview.note)})"'
-                ' decoding="async">'
-            )
-        else:
-            cells.append(f'<div class="nopreview" title="{_e(label)}">no preview: {_e(preview.note)}</div>')
-    if len(previews) > len(result.sample.images[:MAX_PREVIEWS_PER_ROW]):
-        cells.append(f'<div class="nopreview">{_e(previews[-1].note)}</div>')
-    return f'<div class="thumbs">{"".join(cells)}</div>'
+        return PreviewCell(None)
+    # zip as the page always has: past MAX_PREVIEWS_PER_ROW the "more images" note is also paired with
+    # the next image (a cell of its own), then repeated on its own.
+    thumbs = tuple(
+        Thumb(
+            f"image {number}: {ref.reference}",
+            # thumbnail() built it: "data:image/jpeg;base64," and the base64 alphabet, nothing to escape.
+            None if preview.uri is None else Markup(preview.uri),
+            preview.note,
+        )
+        for number, (ref, preview) in enumerate(zip(result.sample.images, previews, strict=False), 1)
+    )
+    more = previews[-1].note if len(previews) > len(result.sample.images[:MAX_PREVIEWS_PER_ROW]) else None
+    return PreviewCell(thumbs, more)
 
 
-def _counts(result: RowResult) -> str:
-    if result.seq_len is None:
-        return '<span class="muted">-</span>'
+def _counts(result: RowResult) -> Counts:
     images = " + ".join(str(t) for t in result.image_tokens if t is not None) or "0"
     text = "-" if result.text_tokens is None else str(result.text_tokens)
-    return f"seq {result.seq_len}<br>text {_e(text)}<br>img {_e(images)}"
+    return Counts(result.seq_len, text, images)
 
 
-def _svg_histogram(title: str, bins: list[Bin], unit: str, limit: int | None = None) -> str:
+def _chart(title: str, bins: list[Bin], unit: str, limit: int | None = None) -> Chart:
     """A bar chart of the bins; each bar carries a tooltip with its range and count."""
     if not bins:
-        return f'<figure><figcaption>{_e(title)}</figcaption><p class="muted">no values</p></figure>'
+        return Chart(title, unit, None)
     width, height = 640, 210
     left, right, top, bottom = 48, 12, 10, 38
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max(b.count for b in bins) or 1
     bar_w = plot_w / len(bins)
     low, high = bins[0].low, bins[-1].high
-    parts = [
-        f'<svg class="hist" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}">'
-    ]
+    bars = []
     for i, b in enumerate(bins):
         bar_h = b.count / peak * plot_h
-        x = left + i * bar_w
         last = b.high if i < len(bins) - 1 else b.high - 1  # the last bin includes its maximum
-        span = f"{b.low}" if last <= b.low else f"{b.low}-{last}"
-        parts.append(
-            f'<rect class="bar" x="{x + 0.5:.1f}" y="{top + plot_h - bar_h:.1f}" width="{max(bar_w - 1, 1):.1f}" '
-            f'height="{bar_h:.1f}"><title>{_e(span)} {_e(unit)}: {b.count}</title></rect>'
+        bars.append(
+            Bar(
+                x=f"{left + i * bar_w + 0.5:.1f}",
+                y=f"{top + plot_h - bar_h:.1f}",
+                width=f"{max(bar_w - 1, 1):.1f}",
+                height=f"{bar_h:.1f}",
+                span=f"{b.low}" if last <= b.low else f"{b.low}-{last}",
+                count=b.count,
+            )
         )
-    axis_y = top + plot_h
-    parts.append(f'<line class="axis" x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}"/>')
-    parts.append(f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}"/>')
-    parts.append(f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{peak}</text>')
-    parts.append(f'<text x="{left - 6}" y="{axis_y}" text-anchor="end">0</text>')
-    parts.append(f'<text x="{left}" y="{axis_y + 15}" text-anchor="start">{low}</text>')
-    parts.append(f'<text x="{width - right}" y="{axis_y + 15}" text-anchor="end">{high - 1}</text>')
-    parts.append(
-        f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">{_e(unit)} '
-        f"(bin width {bins[0].high - bins[0].low})</text>"
+    inside = limit is not None and low <= limit < high
+    plot = Plot(
+        bars=tuple(bars),
+        width=width,
+        height=height,
+        left=left,
+        right=width - right,
+        top=top,
+        axis_y=top + plot_h,
+        peak=peak,
+        low=low,
+        last=high - 1,
+        middle=f"{left + plot_w / 2:.1f}",
+        bin_width=bins[0].high - bins[0].low,
+        limit_x=f"{left + (limit - low) / (high - low) * plot_w:.1f}" if inside else None,
+        limit=limit if inside else None,
     )
-    if limit is not None and low <= limit < high:
-        x = left + (limit - low) / (high - low) * plot_w
-        parts.append(
-            f'<line class="limit" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{axis_y}">'
-            f"<title>length limit {limit}</title></line>"
-        )
-    parts.append("</svg>")
-    return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
-
-
-def _kv_table(items: list[tuple[str, Any]]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_show(v))}</td></tr>" for k, v in items)
-    return f'<table class="kv">{rows}</table>'
+    return Chart(title, unit, plot)
 
 
 def _show(value: Any) -> str:
@@ -339,169 +573,3 @@ def _severity_of(report) -> dict[str, str]:
         for finding in outcome.findings:
             levels[finding.code] = finding.severity.value  # the level actually reported wins
     return levels
-
-
-def render(report) -> str:
-    """The whole page as one string (report is a formats.ReportInput)."""
-    data: dict[str, Any] = report.report
-    summary = report.summary
-    settings: dict[str, Any] = data.get("settings", {})
-    model: dict[str, Any] = data.get("model", {})
-    stats: dict[str, Any] = data.get("summary") or summary.to_dict()
-    dataset = settings.get("dataset", "")
-    names, levels = _rule_names(report), _severity_of(report)
-    total_findings = sum(summary.by_code.values())
-
-    out: list[str] = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>vlmlint report: {_e(dataset)}</title>",
-        f"<style>{_STYLE}</style></head><body>",
-        f"<h1>vlmlint report: {_e(dataset)}</h1>",
-        f'<p class="muted">vlmlint {_e(data.get("vlmlint_version", ""))} &middot; model '
-        f"<b>{_e(report.model_name)}</b></p>",
-    ]
-    if data.get("incomplete"):  # an interrupted scan: a banner above everything
-        from vlmlint.report.github import incomplete_text
-
-        out.append(f'<p class="note incomplete"><b>{_e(incomplete_text(data["incomplete"]))}</b></p>')
-    if report.text_tokens_estimated:
-        out.append(
-            f'<p class="note">note: {_e(report.text_tokens_estimated)}; for exact text counts pass '
-            "--model &lt;hub id or folder&gt;</p>"
-        )
-
-    if summary.media_rows:
-        from vlmlint.report.text import media_line
-
-        out.append(f'<p class="note">{_e(media_line(summary))}</p>')
-
-    # Summary: headline numbers, then by severity, by code and the percentiles.
-    out.append('<h2 id="summary">Summary</h2><div class="cards">')
-    for label, value in (
-        ("rows scanned", stats.get("samples", summary.samples)),
-        ("rows with findings", stats.get("samples_with_findings", summary.samples_with_findings)),
-        ("findings", total_findings),
-    ):
-        out.append(f'<div class="card"><b>{_e(value)}</b>{_e(label)}</div>')
-    for level in _SEVERITIES:
-        count = summary.by_severity.get(level, 0)
-        out.append(f'<div class="card"><b class="sevtext-{level}">{count}</b>{level}</div>')
-    out.append("</div>")
-
-    out.append('<div class="grid"><section><table id="by-code"><thead><tr><th>code</th><th>rule</th>')
-    out.append('<th>severity</th><th class="num">findings</th></tr></thead><tbody>')
-    for code, count in sorted(summary.by_code.items()):
-        level = levels.get(code, "info")
-        out.append(
-            f'<tr><td><span class="sev sev-{_e(level)}">{_e(code)}</span></td><td>{_e(names.get(code, ""))}'
-            f'</td><td class="sevtext-{_e(level)}">{_e(level)}</td><td class="num">{count}</td></tr>'
-        )
-    if not summary.by_code:
-        out.append('<tr><td colspan="4" class="muted">no findings</td></tr>')
-    out.append("</tbody></table></section>")
-
-    out.append('<section><table id="percentiles"><thead><tr><th></th>')
-    out.extend(f'<th class="num">{p}</th>' for p in _PERCENTILES)
-    out.append("</tr></thead><tbody>")
-    for label, key in (("sequence length", "seq_len"), ("image tokens / image", "image_tokens_per_image")):
-        row = stats.get(key) or {}
-        cells = "".join(f'<td class="num">{_e(_show(row.get(p)))}</td>' for p in _PERCENTILES)
-        out.append(f"<tr><th>{label}</th>{cells}</tr>")
-    out.append("</tbody></table>")
-    verify = stats.get("verify") or {}
-    if verify.get("rows") is not None:
-        out.append(
-            f'<p class="muted">--verify: {_e(verify["rows"])} rows rechecked with the real image processor, '
-            f"{_e(verify.get('disagreements', 0))} disagreements</p>"
-        )
-    out.append("</section></div>")
-
-    # Histograms of the whole scan (every row, not only flagged ones).
-    limit = settings.get("max_length")
-    out.append('<h2 id="distributions">Distributions</h2><div class="grid">')
-    out.append(
-        _svg_histogram(
-            "Sequence length per row",
-            histogram(summary.seq_lens, HISTOGRAM_BINS),
-            "tokens",
-            limit if isinstance(limit, int) else None,
-        )
-    )
-    out.append(
-        _svg_histogram(
-            "Image tokens per image", histogram(summary.image_tokens, HISTOGRAM_BINS), "image tokens"
-        )
-    )
-    out.append("</div>")
-
-    _findings_section(out, summary, settings, names, total_findings)
-
-    # Model and settings last: reference material, not the headline.
-    out.append('<h2 id="settings">Model and settings</h2><div class="grid"><section>')
-    out.append(_kv_table([(k, v) for k, v in model.items()]))
-    out.append("</section><section>")
-    out.append(_kv_table([(k, v) for k, v in settings.items()]))
-    out.append("</section></div>")
-    out.append(f"<script>{_SCRIPT}</script></body></html>\n")
-    return "\n".join(out)
-
-
-def _findings_section(out: list[str], summary, settings: dict[str, Any], names, total_findings: int) -> None:
-    """Findings: one table row per finding, with its dataset row's images."""
-    out.append(f'<h2 id="findings-title">Findings ({total_findings})</h2>')
-    if summary.flagged:
-        out.append(_filters(summary.by_code, names))
-        out.append(
-            '<table id="findings"><thead><tr><th>preview</th><th>location</th><th>id</th><th>rule</th>'
-            "<th>message / fix</th><th>counts</th></tr></thead><tbody>"
-        )
-        allow_outside = bool(settings.get("allow_outside_root", False))
-        shown = 0
-        for outcome in summary.flagged:
-            if shown >= MAX_TABLE_ROWS:
-                break
-            result = outcome.result
-            previews = _row_previews(result, allow_outside) if shown < MAX_PREVIEW_FINDINGS else None
-            preview_html = _preview_cell(result, previews)
-            for finding in outcome.findings:
-                if shown >= MAX_TABLE_ROWS:
-                    break
-                if shown >= MAX_PREVIEW_FINDINGS and previews is not None:
-                    preview_html = _preview_cell(result, None)
-                shown += 1
-                level = finding.severity.value
-                out.append(
-                    f'<tr data-code="{_e(finding.code)}" data-severity="{_e(level)}">'
-                    f"<td>{preview_html}</td>"
-                    f'<td class="loc">{_e(result.sample.location)}</td>'
-                    f'<td class="id">{_e(finding.id)}</td>'
-                    f'<td><span class="sev sev-{_e(level)}">{_e(finding.code)}</span><br>{_e(finding.name)}'
-                    f'<br><span class="sevtext-{_e(level)}">{_e(level)}</span></td>'
-                    f'<td class="msg">{_e(finding.message)}<div class="fix">fix: {_e(finding.fix)}</div></td>'
-                    f'<td class="counts">{_counts(result)}</td></tr>'
-                )
-        out.append("</tbody></table>")
-        if total_findings > shown:
-            out.append(
-                f'<p class="note">{total_findings - shown} more findings not listed; '
-                "use --format json for all of them.</p>"
-            )
-    else:
-        out.append('<p class="muted">no findings</p>')
-
-
-def _filters(by_code, names: dict[str, str]) -> str:
-    """Filter controls, hidden until the script shows them (without the script they would do nothing)."""
-    codes = "".join(
-        f'<option value="{_e(code)}">{_e(code)} {_e(names.get(code, ""))} ({count})</option>'
-        for code, count in sorted(by_code.items())
-    )
-    levels = "".join(f'<option value="{level}">{level}</option>' for level in _SEVERITIES)
-    return (
-        '<div id="filters" hidden><label>code <select id="filter-code"><option value="">all</option>'
-        f'{codes}</select></label><label>severity <select id="filter-severity"><option value="">all</option>'
-        f'{levels}</select></label><span id="filter-count" class="muted"></span></div>'
-    )
