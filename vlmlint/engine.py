@@ -72,6 +72,10 @@ class _Prepared:
     media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, not counted
 
 
+# What a file's header tells of an image (images.read_header), as ImageInfo keeps it.
+_HEADER_FACTS = ("width", "height", "format", "mode", "orientation", "animated", "transparency")
+
+
 def _counted(prepared: _Prepared) -> CountedRow:
     return CountedRow(prepared.sample, tuple(prepared.counts))
 
@@ -267,16 +271,7 @@ class Scanner:
             header = read_header(ref, max_decode_pixels=int(self.config.thresholds["bomb_pixels"]))
         except ImageProblem as problem:
             return ImageInfo(reference=ref.reference, error_code=problem.kind, error=problem.message)
-        return ImageInfo(
-            reference=ref.reference,
-            width=header.width,
-            height=header.height,
-            format=header.format,
-            mode=header.mode,
-            orientation=header.orientation,
-            animated=header.animated,
-            transparency=header.transparency,
-        )
+        return ImageInfo(reference=ref.reference, **{name: getattr(header, name) for name in _HEADER_FACTS})
 
     @lru_cache(maxsize=8)  # noqa: B019 (one Scanner per scan): the exact path reuses the header's download
     def _fetch(self, url: str) -> bytes:
