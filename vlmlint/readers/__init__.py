@@ -37,10 +37,10 @@ READERS: tuple[Reader, ...] = (
     sources.DatasetInfoReader(),
     sources.DataFileReader(),
     sources.PatternReader(),
-    sources.SavedDatasetReader(),
-    sources.ImageFolderReader(),
+    sources.SAVED_DATASET,
+    sources.IMAGE_FOLDER,
     sources.DataFolderReader(),
-    sources.SidecarFolderReader(),
+    sources.SIDECAR_FOLDER,
     sources.HubReader(),
 )
 

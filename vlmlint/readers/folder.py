@@ -5,13 +5,16 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 import orjson
 
 from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
+from vlmlint.readers.base import ReadOptions
 from vlmlint.readers.files import SkippedFolder, is_regular_file, outside_target, walk
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
+from vlmlint.readers.rowsource import RowSource
 from vlmlint.records import RowProblem, Sample
 
 IMAGE_EXTENSIONS = frozenset(
@@ -32,10 +35,13 @@ def has_metadata(folder: str) -> bool:
     return any(is_regular_file(os.path.join(folder, name)) for name in METADATA_FILES)
 
 
-def read_imagefolder(
-    folder: str, *, layout: str | None, image_root: str | None, rel, allow_outside_root: bool = False
-) -> Iterator[Sample]:
-    """Hugging Face imagefolder: every metadata.jsonl / metadata.csv below the folder, in path order."""
+def read_imagefolder(folder: str, options: ReadOptions) -> Iterator[Sample]:
+    """Hugging Face imagefolder: every metadata.jsonl / metadata.csv below the folder, in path order.
+
+    Rows are captions unless `options.layout` says otherwise; image paths resolve against each
+    metadata file's folder.
+    """
+    rel = options.rel
     skipped: list[SkippedFolder] = []
     for directory, subdirs, files in walk(folder, skipped):
         subdirs.sort()
@@ -46,16 +52,14 @@ def read_imagefolder(
                 break
         else:
             continue
-        outside = None if allow_outside_root else outside_target(path, folder)
+        outside = None if options.allow_outside_root else outside_target(path, folder)
         if outside is not None:
             message = f"data file {rel(path)} is a symlink to {outside}, outside the dataset folder: not read"
             yield Sample(source=rel(path), index=0, problems=(RowProblem("VLM104", message),))
-        elif name == "metadata.jsonl":
-            yield from read_jsonl(path, layout=layout or "captions", image_root=image_root, source=rel(path))
-        else:
-            yield from _read_metadata_csv(
-                path, layout=layout or "captions", image_root=image_root, source=rel(path)
-            )
+            continue
+        layout = options.layout or "captions"
+        origin = RowSource.of_file(path, rel(path), image_root=options.image_root, layout=layout)
+        yield from (read_jsonl if name == "metadata.jsonl" else _read_metadata_csv)(path, origin)
     yield from _skipped_samples(skipped, rel)
 
 
@@ -82,8 +86,9 @@ def _bounded_lines(handle) -> Iterator[str]:
         yield line
 
 
-def _read_metadata_csv(path: str, *, layout: str, image_root: str | None, source: str) -> Iterator[Sample]:
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
+def _read_metadata_csv(path: str, origin: RowSource) -> Iterator[Sample]:
+    """metadata.csv's rows, each parsed as `origin.layout`; paths resolve with a resolver of its own."""
+    origin = replace(origin, own_resolver=True)
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         reader = csv.DictReader(_bounded_lines(handle))
         index = 0
@@ -95,7 +100,8 @@ def _read_metadata_csv(path: str, *, layout: str, image_root: str | None, source
                 # row's start with any certainty, so the rest of the file is not read.
                 message = f"metadata.csv is malformed after row {index}: {exc}; the rest is not read"
                 line = reader.line_num or None
-                yield Sample(source=source, index=index, line=line, problems=(RowProblem("VLM101", message),))
+                problems = (RowProblem("VLM101", message),)
+                yield Sample(source=origin.source, index=index, line=line, problems=problems)
                 return
             if row is None:
                 return
@@ -103,9 +109,7 @@ def _read_metadata_csv(path: str, *, layout: str, image_root: str | None, source
                 extra = row.pop(None)
                 row["__extra_fields__"] = extra
             # DictReader's line_num is the last physical line read: the row's own line for one-line rows.
-            yield row_to_sample(
-                row, layout=layout, resolve=resolve, source=source, index=index, line=reader.line_num
-            )
+            yield origin.sample(row, index, origin.layout, reader.line_num)
             index += 1
 
 
@@ -153,10 +157,12 @@ def _sidecar_caption(image_path: str, folder: str | None) -> str:
     return ""
 
 
-def read_sidecar_folder(
-    folder: str, *, image_root: str | None, rel, allow_outside_root: bool = False
-) -> Iterator[Sample]:
-    """Every image below the folder, captioned by foo.txt or foo.json beside foo.jpg."""
+def read_sidecar_folder(folder: str, options: ReadOptions) -> Iterator[Sample]:
+    """Every image below the folder, captioned by foo.txt or foo.json beside foo.jpg.
+
+    Each image is its own caption row, named by its path; `options.image_root` does not apply.
+    """
+    rel, allow_outside_root = options.rel, options.allow_outside_root
     resolve = ImageResolver(folder, None)
     index = 0
     skipped: list[SkippedFolder] = []

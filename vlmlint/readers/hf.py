@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vlmlint.readers.base import ReadOptions
 from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
-from vlmlint.readers.layouts import detect_layout, row_to_sample, shared_resolver
+from vlmlint.readers.layouts import detect_layout
 from vlmlint.readers.manifest import read_config_json
+from vlmlint.readers.rowsource import RowSource
 from vlmlint.records import RowProblem, Sample
 
 BATCH_ROWS = 256
@@ -51,10 +53,8 @@ class TableBatch(RowBatch):
         return head, replace(self, table=self.table.slice(count), first_index=self.first_index + count)
 
     def _parse(self, rows: list[Any], first: int) -> list[Sample]:
-        resolve = shared_resolver(self.base_dir, self.image_root)
-        return [
-            _sample(row, self.layout, resolve, self.source, first + k, None) for k, row in enumerate(rows)
-        ]
+        origin = RowSource(self.source, self.base_dir, self.image_root)  # no convert: it never travels
+        return [_sample(origin, row, self.layout, first + k) for k, row in enumerate(rows)]
 
 
 class _Unreadable(str):
@@ -83,39 +83,31 @@ def python_rows(batch: Any) -> list[Any]:
         return rows
 
 
-def _sample(row: Any, layout: str | None, resolve, source: str, index: int, convert) -> Sample:
+def _sample(origin: RowSource, row: Any, layout: str | None, index: int) -> Sample:
     if isinstance(row, _Unreadable):
-        return Sample(source=source, index=index, problems=(RowProblem("VLM101", str(row)),))
-    return row_to_sample(row, layout=layout, resolve=resolve, source=source, index=index, convert=convert)
+        return Sample(source=origin.source, index=index, problems=(RowProblem("VLM101", str(row)),))
+    return origin.sample(row, index, layout)
 
 
 def _rows_to_units(
-    batches: Iterable[Any],
-    *,
-    layout: str | None,
-    base_dir: str,
-    image_root: str | None,
-    source: str,
-    convert: Callable[[Any], Any] | None = None,
-    batch_rows: int = 0,
+    batches: Iterable[Any], origin: RowSource, batch_rows: int = 0
 ) -> Iterator[Sample | TableBatch]:
     """Arrow batches -> Samples, or TableBatch units once the layout is known (batch_rows > 0)."""
-    resolve = shared_resolver(base_dir, image_root)
     index = 0
-    chosen = layout
+    chosen = origin.layout
     for batch in batches:
         if isinstance(batch, _Unreadable):  # a row the reader did not read (beyond a bound)
-            yield _sample(batch, chosen, resolve, source, index, convert)
+            yield _sample(origin, batch, chosen, index)
             index += 1
             continue
-        if batch_rows and convert is None and chosen is not None:  # a convert may not travel to a worker
-            yield TableBatch(source, base_dir, image_root, chosen, index, batch)
+        if batch_rows and origin.convert is None and chosen is not None:  # a convert stays here
+            yield TableBatch(origin.source, origin.base_dir, origin.image_root, chosen, index, batch)
             index += batch.num_rows
             continue
         for row in python_rows(batch):
             if chosen is None and isinstance(row, dict):
                 chosen = detect_layout(row)
-            yield _sample(row, chosen, resolve, source, index, convert)
+            yield _sample(origin, row, chosen, index)
             index += 1
 
 
@@ -529,42 +521,24 @@ def saved_data_files(folder: str, allow_outside_root: bool = False) -> list[str]
     return found
 
 
-def read_saved_dataset(
-    folder: str,
-    *,
-    layout: str | None,
-    image_root: str | None,
-    split: str | None,
-    rel,
-    batch_rows: int = 0,
-    allow_outside_root: bool = False,
-) -> Iterator[Sample | TableBatch]:
+def read_saved_dataset(folder: str, options: ReadOptions) -> Iterator[Sample | TableBatch]:
     """A save_to_disk folder, read as datasets' load_from_disk reads it (state.json's arrow files in
     order), but by vlmlint: every file it names is checked to stay inside the folder, and each
-    arrow file's batches meet the table bounds."""
-    split_folder, split = _saved_split(folder, split, allow_outside_root)
-    paths = saved_data_files(split_folder, allow_outside_root)
-    source = rel(folder) + (f"[{split}]" if split else "")
+    arrow file's batches meet the table bounds. Image paths resolve against the folder itself."""
+    split_folder, split = _saved_split(folder, options.split, options.allow_outside_root)
+    paths = saved_data_files(split_folder, options.allow_outside_root)
+    source = options.rel(folder) + (f"[{split}]" if split else "")
 
     def batches() -> Iterator[Any]:
         for path in paths:
             yield from _bounded(_ipc_batches(path), path, validate=True)
 
-    yield from _table_file(
-        folder, "save_to_disk dataset", batches, layout, image_root, source, None, batch_rows, base_dir=folder
-    )
+    origin = RowSource(source, folder, options.image_root, options.layout)
+    yield from _table_file(folder, "save_to_disk dataset", batches, origin, options.batch_rows)
 
 
 def _table_file(
-    path: str,
-    kind: str,
-    batches: Callable[[], Iterator[Any]],
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Callable[[Any], Any] | None,
-    batch_rows: int,
-    base_dir: str | None = None,
+    path: str, kind: str, batches: Callable[[], Iterator[Any]], origin: RowSource, batch_rows: int
 ) -> Iterator[Sample | TableBatch]:
     """The rows of a parquet/arrow file; a corrupt file (at its start or further in) is a DatasetError."""
     import pyarrow as pa
@@ -575,36 +549,19 @@ def _table_file(
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise DatasetError(f"{path}: not a readable {kind} file: {exc}") from None
 
-    base_dir = base_dir or os.path.dirname(os.path.abspath(path))
-    yield from _rows_to_units(
-        checked(),
-        layout=layout,
-        base_dir=base_dir,
-        image_root=image_root,
-        source=source,
-        convert=convert,
-        batch_rows=batch_rows,
-    )
+    yield from _rows_to_units(checked(), origin, batch_rows)
 
 
 def _table_reader(
     kind: str, open_batches: Callable[[str], Iterable[Any]], validate: bool
-) -> Callable[..., Any]:
+) -> Callable[[str, RowSource, int], Iterator[Sample | TableBatch]]:
     """A reader of one kind of table file: its record batches, bounded (_bounded), as rows."""
 
-    def read(
-        path: str,
-        *,
-        layout: str | None,
-        image_root: str | None,
-        source: str,
-        convert: Callable[[Any], Any] | None = None,
-        batch_rows: int = 0,
-    ) -> Iterator[Sample | TableBatch]:
+    def read(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sample | TableBatch]:
         def batches() -> Iterator[Any]:
             yield from _bounded(open_batches(path), path, validate=validate)
 
-        yield from _table_file(path, kind, batches, layout, image_root, source, convert, batch_rows)
+        yield from _table_file(path, kind, batches, origin, batch_rows)
 
     read.__name__ = read.__qualname__ = f"read_{kind.lower()}"  # read_parquet, read_arrow: as imported
     return read
@@ -711,15 +668,16 @@ def _ipc_batches(path: str) -> Iterator[Any]:
             yield from reader
 
 
-def read_hub_dataset(
-    name: str, *, layout: str | None, image_root: str | None, split: str | None, streaming: bool
-) -> Iterator[Sample]:
+def read_hub_dataset(name: str, options: ReadOptions) -> Iterator[Sample]:
+    """A hub dataset's split (options.split, else train or the first), as Samples; paths resolve
+    against the working folder."""
     from datasets import load_dataset
 
-    dataset, split = _pick_split(load_dataset(name, split=split, streaming=streaming), split)
+    loaded = load_dataset(name, split=options.split, streaming=options.streaming)
+    dataset, split = _pick_split(loaded, options.split)
     source = name + (f"[{split}]" if split else "")
     yield from _rows_to_units(
-        _arrow_batches(dataset), layout=layout, base_dir=os.getcwd(), image_root=image_root, source=source
+        _arrow_batches(dataset), RowSource(source, os.getcwd(), options.image_root, options.layout)
     )
 
 

@@ -25,10 +25,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vlmlint.readers.base import ReadOptions
 from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
 from vlmlint.readers.hf import read_arrow, read_parquet
 from vlmlint.readers.layouts import RowError
 from vlmlint.readers.manifest import read_config_json, read_json, read_jsonl
+from vlmlint.readers.rowsource import RowSource
 from vlmlint.records import Sample
 
 DATA_CONFIG = "dataset_info.json"
@@ -278,12 +280,22 @@ def read_llamafactory(
     rel: Callable[[str], str] = os.path.relpath,
     allow_outside_root: bool = False,
 ) -> Iterator[Sample]:
-    """The rows of each named entry (comma-separated, as LLaMA-Factory's --dataset) in order."""
+    """read_dataset_info with the options it uses as arguments."""
+    options = ReadOptions(
+        image_root=image_root, rel=rel, allow_outside_root=allow_outside_root, dataset_name=dataset_name
+    )
+    yield from read_dataset_info(target, options)
+
+
+def read_dataset_info(target: str, options: ReadOptions) -> Iterator[Sample]:
+    """The rows of each entry `options.dataset_name` names (comma-separated, as LLaMA-Factory's
+    --dataset) in order; media paths resolve against `options.image_root`, else the data folder."""
+    allow_outside_root = options.allow_outside_root
     folder = os.path.dirname(target) if os.path.basename(target) == DATA_CONFIG else target
     if not os.path.isdir(folder):
         raise DatasetError(f"{target}: --dataset needs a LLaMA-Factory data folder holding {DATA_CONFIG}")
     info = load_dataset_info(folder, allow_outside_root)
-    names = [name.strip() for name in dataset_name.split(",") if name.strip()]
+    names = [name.strip() for name in (options.dataset_name or "").split(",") if name.strip()]
     attrs = []
     for name in names:
         if name not in info:
@@ -292,11 +304,12 @@ def read_llamafactory(
                 f"Undefined dataset {name!r} in {os.path.join(folder, DATA_CONFIG)}; defined: {defined}"
             )
         attrs.append(DatasetAttr.from_entry(name, info[name]))
-    media_dir = image_root or folder  # data_args.media_dir defaults to dataset_dir
+    media_dir = options.image_root or folder  # data_args.media_dir defaults to dataset_dir
     for attr in attrs:
         convert = converter(attr)
         for path in data_files(folder, attr, allow_outside_root):
             reader = READERS[os.path.splitext(path)[1][1:].lower()]
-            yield from reader(
-                path, layout="sharegpt", image_root=media_dir, source=rel(path), convert=convert
+            origin = RowSource.of_file(
+                path, options.rel(path), image_root=media_dir, layout="sharegpt", convert=convert
             )
+            yield from reader(path, origin)

@@ -6,7 +6,6 @@ JSONL is read line by line (orjson); a JSON array is streamed item by item with 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from hashlib import blake2b
@@ -18,24 +17,8 @@ from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
 from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
-from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample, shared_resolver
+from vlmlint.readers.rowsource import FileLayout, RowSource
 from vlmlint.records import RowProblem, Sample
-
-Convert = Callable[[Any], Any]  # a decoded row -> the row to parse (readers/llamafactory.py)
-
-
-class _FileLayout:
-    """Remembers the layout detected from the first object of a file (unless one was forced)."""
-
-    def __init__(self, forced: str | None):
-        self.value = forced
-        self.detected = forced is None  # rows fitting no layout at all are then VLM102, not VLM101
-
-    def for_row(self, row: Any) -> str | None:
-        if self.value is None and isinstance(row, dict):
-            self.value = detect_layout(row)
-        return self.value
-
 
 # A JSONL line longer than this is reported (VLM101) and skipped unparsed: memory stays bounded by it
 # whatever the file holds (a 10 GB file without a newline). Real rows are kilobytes; stored
@@ -102,106 +85,80 @@ class LineBatch(RowBatch):
         return len(self.rows)
 
     def samples(self) -> list[Sample]:
-        resolve = shared_resolver(self.base_dir, self.image_root)
-        return [self._parse(resolve, *row) for row in self.rows]
+        origin = self._origin()
+        return [self._parse(origin, *row) for row in self.rows]
 
     def sample(self, position: int) -> Sample:
-        return self._parse(shared_resolver(self.base_dir, self.image_root), *self.rows[position])
+        return self._parse(self._origin(), *self.rows[position])
 
     def split(self, count: int) -> tuple[LineBatch, LineBatch]:
         return replace(self, rows=self.rows[:count]), replace(self, rows=self.rows[count:])
 
-    def _parse(self, resolve: ImageResolver, index: int, line: int, raw: bytes) -> Sample:
-        return _parse_line(raw, index, line, self.source, resolve, self.layout, self.from_first_row, None)
+    def _origin(self) -> RowSource:
+        return RowSource(self.source, self.base_dir, self.image_root)  # no convert: it never travels
+
+    def _parse(self, origin: RowSource, index: int, line: int, raw: bytes) -> Sample:
+        return _parse_line(origin, raw, index, line, self.layout, self.from_first_row)
 
 
 def _parse_line(
+    origin: RowSource,
     raw: bytes,
     index: int,
     line: int,
-    source: str,
-    resolve: ImageResolver,
-    layout: str | _FileLayout | None,
+    layout: str | FileLayout | None,
     from_first_row: bool,
-    convert: Convert | None,
 ) -> Sample:
     try:
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return _malformed(source, index, line, f"line is not valid JSON: {exc}", raw.strip())
-    return row_to_sample(
-        row,
-        layout=layout.for_row(row) if isinstance(layout, _FileLayout) else layout,
-        resolve=resolve,
-        source=source,
-        index=index,
-        line=line,
-        from_first_row=from_first_row,
-        convert=convert,
-    )
+        return _malformed(origin.source, index, line, f"line is not valid JSON: {exc}", raw.strip())
+    chosen = layout.for_row(row) if isinstance(layout, FileLayout) else layout
+    return origin.sample(row, index, chosen, line, from_first_row)
 
 
-def read_jsonl(
-    path: str,
-    *,
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Convert | None = None,
-    batch_rows: int = 0,
-) -> Iterator[Sample | LineBatch]:
-    """A JSONL manifest, line by line; `convert` maps each decoded row first (LLaMA-Factory columns).
+def read_jsonl(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sample | LineBatch]:
+    """A JSONL manifest, line by line; `origin.convert` maps each decoded row first (LLaMA-Factory columns).
 
     `batch_rows` > 0: once the file's layout is known, rows come as LineBatch units of that many
     lines, parsed by whoever scans them (readers/batches.py); rows before that, and cut lines, as Samples.
     """
     _check_encoding(path)
-    yield from _units(_jsonl_rows, path, layout, image_root, source, convert, batch_rows)
+    yield from _units(_jsonl_rows, path, origin, batch_rows)
 
 
 def _units(
-    rows_of: Callable[[_ManifestRead], Iterator[Sample | _Raw]],
-    path: str,
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Convert | None,
-    batch_rows: int,
+    rows_of: Callable[[_ManifestRead], Iterator[Sample | _Raw]], path: str, origin: RowSource, batch_rows: int
 ) -> Iterator[Sample | LineBatch]:
     """A manifest's rows (`rows_of`: _jsonl_rows or _array_rows), in LineBatch units when batching."""
-    base_dir = os.path.dirname(os.path.abspath(path))
-    file_layout = _FileLayout(layout)
-    batching = batch_rows > 0 and convert is None  # a convert function may not travel to a worker
-    rows = rows_of(_ManifestRead(path, base_dir, image_root, source, convert, file_layout, batching))
-    yield from _in_batches(rows, batch_rows, source, base_dir, image_root, file_layout) if batching else rows
+    file_layout = FileLayout(origin.layout)
+    batching = batch_rows > 0 and origin.convert is None  # a convert function may not travel to a worker
+    rows = rows_of(_ManifestRead(path, origin, file_layout, batching))
+    yield from _in_batches(rows, batch_rows, origin, file_layout) if batching else rows
 
 
 _Raw = tuple[int, int, bytes]  # (row index, line number, the row's JSON): parsed where it is scanned
 
 
 class _ManifestRead(NamedTuple):
-    """What _jsonl_rows and _array_rows read: the file, where its paths resolve, and how rows come."""
+    """What _jsonl_rows and _array_rows read: the file, its rows' origin, and how rows come."""
 
     path: str
-    base_dir: str
-    image_root: str | None
-    source: str
-    convert: Convert | None
-    file_layout: _FileLayout
+    origin: RowSource
+    file_layout: FileLayout
     batching: bool
 
 
 def _jsonl_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
     """read_jsonl's rows: Samples, or with `batching` raw lines once the layout is known."""
-    path, base_dir, image_root, source, convert, file_layout, batching = read
-    resolve = shared_resolver(base_dir, image_root)
+    path, origin, file_layout, batching = read
     index = 0
     with open(path, "rb") as handle:
         for line_number, (raw, whole) in enumerate(_lines(handle), start=1):
             if not whole:
                 length, fingerprint = _rest_of_line(handle, raw)
                 message = f"line is longer than {MAX_LINE_BYTES // 2**20} MiB ({length:,} bytes); not parsed"
-                yield _malformed(source, index, line_number, message, b"", fingerprint)
+                yield _malformed(origin.source, index, line_number, message, b"", fingerprint)
                 index += 1
                 continue
             if line_number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -211,18 +168,12 @@ def _jsonl_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
             if batching and file_layout.value is not None:
                 yield index, line_number, raw
             else:
-                detected = file_layout.detected
-                yield _parse_line(raw, index, line_number, source, resolve, file_layout, detected, convert)
+                yield _parse_line(origin, raw, index, line_number, file_layout, file_layout.detected)
             index += 1
 
 
 def _in_batches(
-    rows: Iterator[Sample | _Raw],
-    size: int,
-    source: str,
-    base_dir: str,
-    image_root: str | None,
-    file_layout: _FileLayout,
+    rows: Iterator[Sample | _Raw], size: int, origin: RowSource, file_layout: FileLayout
 ) -> Iterator[Sample | LineBatch]:
     """Runs of raw rows as LineBatch units of at most `size` rows; Samples pass through, in order.
 
@@ -232,20 +183,27 @@ def _in_batches(
     for row in rows:
         if isinstance(row, Sample):
             if pending:
-                yield _batch(source, base_dir, image_root, file_layout, pending)
+                yield _batch(origin, file_layout, pending)
                 pending = []
             yield row
         else:
             pending.append(row)
             if len(pending) >= size:
-                yield _batch(source, base_dir, image_root, file_layout, pending)
+                yield _batch(origin, file_layout, pending)
                 pending = []
     if pending:
-        yield _batch(source, base_dir, image_root, file_layout, pending)
+        yield _batch(origin, file_layout, pending)
 
 
-def _batch(source, base_dir, image_root, file_layout: _FileLayout, rows: list[_Raw]) -> LineBatch:
-    return LineBatch(source, base_dir, image_root, file_layout.value, file_layout.detected, tuple(rows))
+def _batch(origin: RowSource, file_layout: FileLayout, rows: list[_Raw]) -> LineBatch:
+    return LineBatch(
+        origin.source,
+        origin.base_dir,
+        origin.image_root,
+        file_layout.value,
+        file_layout.detected,
+        tuple(rows),
+    )
 
 
 # A JSON file of settings a dataset carries (dataset_info.json, state.json, dataset_dict.json) above
@@ -273,40 +231,24 @@ def _first_significant_byte(path: str) -> bytes:
     return chunk[:1]
 
 
-def read_json(
-    path: str,
-    *,
-    layout: str | None,
-    image_root: str | None,
-    source: str,
-    convert: Convert | None = None,
-    batch_rows: int = 0,
-) -> Iterator[Sample | LineBatch]:
+def read_json(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sample | LineBatch]:
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
     first = _first_significant_byte(path)
     if first != b"[":
         # A single object, or JSON Lines saved as .json: the JSONL reader handles both.
-        yield from read_jsonl(
-            path,
-            layout=layout,
-            image_root=image_root,
-            source=source,
-            convert=convert,
-            batch_rows=batch_rows,
-        )
+        yield from read_jsonl(path, origin, batch_rows)
         return
-    yield from _units(_array_rows, path, layout, image_root, source, convert, batch_rows)
+    yield from _units(_array_rows, path, origin, batch_rows)
 
 
 def _array_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
     """A JSON array's elements, streamed with ijson: Samples, or with `batching` compact JSON."""
-    path, base_dir, image_root, source, convert, file_layout, batching = read
+    path, origin, file_layout, batching = read
     import ijson  # streaming parser with a C backend
 
     from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
 
-    resolve = shared_resolver(base_dir, image_root)
     index = 0
     with open(path, "rb") as raw:
         handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
@@ -319,20 +261,12 @@ def _array_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
                 if element is not None and line is not None:
                     yield index, line, element
                 else:
-                    yield row_to_sample(
-                        row,
-                        layout=file_layout.for_row(row),
-                        resolve=resolve,
-                        source=source,
-                        index=index,
-                        line=line,
-                        from_first_row=file_layout.detected,
-                        convert=convert,
-                    )
+                    yield file_layout.sample(origin, row, index, line)
                 index += 1
         except (ijson.JSONError, ElementLimit) as exc:
             message = f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
-            yield _malformed(source, index, handle.take(), message, message.encode())  # no raw bytes to hash
+            # No raw bytes to hash: the message stands for them.
+            yield _malformed(origin.source, index, handle.take(), message, message.encode())
 
 
 def _reencoded(row: Any) -> bytes | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from vlmlint.readers.base import ReadOptions, display_path
 from vlmlint.readers.batches import RowBatch
@@ -20,7 +21,8 @@ from vlmlint.readers.hf import (
     read_saved_dataset,
 )
 from vlmlint.readers.manifest import read_json, read_jsonl
-from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_webdataset, shard_paths
+from vlmlint.readers.rowsource import RowSource
+from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_shard, shard_paths
 from vlmlint.records import RowProblem, Sample
 
 MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
@@ -32,16 +34,13 @@ def read_file(path: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
     extension = os.path.splitext(path)[1].lower()
     reader = MANIFEST_READERS.get(extension) or TABLE_READERS.get(extension)
     if is_shard_name(path):
-        reader = read_webdataset
+        reader = read_shard
     if reader is None:
         raise DatasetError(
             f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow, .tar shards)"
         )
-    batch_rows = options.batch_rows
-    batching = {"batch_rows": batch_rows} if batch_rows and reader is not read_webdataset else {}
-    yield from reader(
-        path, layout=options.layout, image_root=options.image_root, source=options.rel(path), **batching
-    )
+    origin = RowSource.of_file(path, options.rel(path), image_root=options.image_root, layout=options.layout)
+    yield from reader(path, origin, options.batch_rows)
 
 
 def outside_sample(path: str, target: str, rel: Callable[[str], str] = display_path) -> Sample:
@@ -102,16 +101,29 @@ def pattern_files(target: str) -> list[str]:
     return paths
 
 
-def _settings(options: ReadOptions, *names: str) -> dict[str, object]:
-    """The named fields of `options`, as keywords of the functions that read one source kind."""
-    return {name: getattr(options, name) for name in names}
-
-
 class _Whole:
     """A source read in one piece: its only part is itself."""
 
     def parts(self, target: str, options: ReadOptions) -> list[str]:
         return [target]
+
+
+ReadWhole = Callable[[str, ReadOptions], Iterator[Sample | RowBatch]]
+
+
+@dataclass(frozen=True)
+class FolderReader(_Whole):
+    """A folder of one kind (`is_kind`), read in one piece by `reads` with the user's options."""
+
+    name: str
+    is_kind: Callable[[str], bool]
+    reads: ReadWhole
+
+    def matches(self, target: str, options: ReadOptions) -> bool:
+        return os.path.isdir(target) and self.is_kind(target)
+
+    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
+        yield from self.reads(target, options)
 
 
 class DatasetInfoReader(_Whole):
@@ -123,22 +135,19 @@ class DatasetInfoReader(_Whole):
         return options.dataset_name is not None
 
     def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        from vlmlint.readers.llamafactory import read_llamafactory
+        from vlmlint.readers.llamafactory import read_dataset_info
 
-        settings = _settings(options, "image_root", "rel", "allow_outside_root")
-        yield from read_llamafactory(target, options.dataset_name or "", **settings)
+        yield from read_dataset_info(target, options)
 
 
 class DataFileReader(_Whole):
     """One JSON/JSONL manifest, parquet/arrow table or tar shard."""
 
     name = "file"
+    read = staticmethod(read_file)
 
     def matches(self, target: str, options: ReadOptions) -> bool:
         return os.path.isfile(target)
-
-    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        yield from read_file(target, options)
 
 
 class PatternReader:
@@ -157,30 +166,10 @@ class PatternReader:
         return pattern_files(target)
 
 
-class SavedDatasetReader(_Whole):
-    """A `save_to_disk` folder (state.json or dataset_dict.json)."""
-
-    name = "save_to_disk"
-
-    def matches(self, target: str, options: ReadOptions) -> bool:
-        return os.path.isdir(target) and is_saved_dataset(target)
-
-    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        names = ("layout", "image_root", "split", "rel", "batch_rows", "allow_outside_root")
-        yield from read_saved_dataset(target, **_settings(options, *names))
-
-
-class ImageFolderReader(_Whole):
-    """An imagefolder: metadata.jsonl / metadata.csv beside the images."""
-
-    name = "imagefolder"
-
-    def matches(self, target: str, options: ReadOptions) -> bool:
-        return os.path.isdir(target) and has_metadata(target)
-
-    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        names = ("layout", "image_root", "rel", "allow_outside_root")
-        yield from read_imagefolder(target, **_settings(options, *names))
+# A `save_to_disk` folder (state.json or dataset_dict.json).
+SAVED_DATASET = FolderReader("save_to_disk", is_saved_dataset, read_saved_dataset)
+# An imagefolder: metadata.jsonl / metadata.csv beside the images.
+IMAGE_FOLDER = FolderReader("imagefolder", has_metadata, read_imagefolder)
 
 
 class DataFolderReader:
@@ -215,25 +204,19 @@ class DataFolderReader:
         return [target]
 
 
-class SidecarFolderReader(_Whole):
-    """A folder of images with sidecar captions (foo.jpg + foo.txt / foo.json)."""
+def _holds_images(folder: str) -> bool:
+    return any(is_image_name(name) for _, _, names in walk(folder) for name in names)
 
-    name = "sidecar_folder"
 
-    def matches(self, target: str, options: ReadOptions) -> bool:
-        return os.path.isdir(target) and any(
-            is_image_name(name) for _, _, names in walk(target) for name in names
-        )
-
-    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        names = ("image_root", "rel", "allow_outside_root")
-        yield from read_sidecar_folder(target, **_settings(options, *names))
+# A folder of images with sidecar captions (foo.jpg + foo.txt / foo.json).
+SIDECAR_FOLDER = FolderReader("sidecar_folder", _holds_images, read_sidecar_folder)
 
 
 class HubReader(_Whole):
     """A Hugging Face hub dataset id (`org/name`) that names no local path."""
 
     name = "hub"
+    read = staticmethod(read_hub_dataset)
 
     def matches(self, target: str, options: ReadOptions) -> bool:
         return (
@@ -242,7 +225,3 @@ class HubReader(_Whole):
             and not target.startswith((".", "/"))
             and not os.path.exists(os.path.dirname(target))
         )
-
-    def read(self, target: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
-        names = ("layout", "image_root", "split", "streaming")
-        yield from read_hub_dataset(target, **_settings(options, *names))

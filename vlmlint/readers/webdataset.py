@@ -42,8 +42,8 @@ import orjson
 
 from vlmlint.readers.fingerprint import hash_bytes
 from vlmlint.readers.folder import IMAGE_EXTENSIONS
-from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
-from vlmlint.readers.manifest import _FileLayout
+from vlmlint.readers.layouts import detect_layout
+from vlmlint.readers.rowsource import FileLayout, RowSource
 from vlmlint.records import RowProblem, Sample
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -552,15 +552,8 @@ def _problem(source: str, index: int, key: str | None, message: str) -> Sample:
     )
 
 
-def _sample(
-    group: _Group,
-    *,
-    index: int,
-    source: str,
-    forced: str | None,
-    file_layout: _FileLayout,
-    resolve: ImageResolver,
-) -> Sample:
+def _sample(group: _Group, index: int, origin: RowSource, file_layout: FileLayout) -> Sample:
+    source = origin.source
     if group.problems:
         return _problem(source, index, group.key, group.message())
     empty = [name for extension, (name, data) in group.members.items() if _is_image(extension) and not data]
@@ -584,7 +577,7 @@ def _sample(
         except orjson.JSONDecodeError as exc:
             return _problem(source, index, group.key, f"{group.members['json'][0]} is not valid JSON: {exc}")
     # Which row the sample makes is its own content's call; the shard's layout then judges the row.
-    chosen = forced or (detect_layout(meta) if isinstance(meta, dict) else None)
+    chosen = origin.layout or (detect_layout(meta) if isinstance(meta, dict) else None)
     if isinstance(meta, dict) and chosen not in (None, "captions"):
         row = meta
         _with_images(row, chosen, by_name, ordered)
@@ -593,29 +586,27 @@ def _sample(
     else:
         members = ", ".join(name for name, _ in group.members.values())
         return _problem(source, index, group.key, f"sample {group.key!r} has no image member ({members})")
-    sample = row_to_sample(
-        row,
-        layout=file_layout.for_row(row),
-        resolve=resolve,
-        source=source,
-        index=index,
-        from_first_row=file_layout.detected,
-    )
-    return replace(sample, key=group.key)
+    return replace(file_layout.sample(origin, row, index), key=group.key)
+
+
+def read_shard(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sample]:
+    """The samples of one tar shard, in tar order (see the module docstring); never batched.
+
+    The shard's image paths resolve with a resolver of its own, not the process's shared one.
+    """
+    origin = replace(origin, own_resolver=True)
+    file_layout = FileLayout(origin.layout)
+    index = 0
+    for group in _groups(path):
+        if isinstance(group, str):
+            yield _problem(origin.source, index, None, group)
+            return
+        yield _sample(group, index, origin, file_layout)
+        index += 1
 
 
 def read_webdataset(
     path: str, *, layout: str | None, image_root: str | None, source: str
 ) -> Iterator[Sample]:
-    """The samples of one tar shard, in tar order (see the module docstring)."""
-    resolve = ImageResolver(os.path.dirname(os.path.abspath(path)), image_root)
-    file_layout = _FileLayout(layout)
-    index = 0
-    for group in _groups(path):
-        if isinstance(group, str):
-            yield _problem(source, index, None, group)
-            return
-        yield _sample(
-            group, index=index, source=source, forced=layout, file_layout=file_layout, resolve=resolve
-        )
-        index += 1
+    """read_shard with the file's layout, image root and name in reports as keywords."""
+    yield from read_shard(path, RowSource.of_file(path, source, image_root=image_root, layout=layout))
