@@ -121,7 +121,7 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import real_processor
 
-    from vlmlint.engine import conversation_for_template
+    from vlmlint.template_cache import conversation_for_template
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
