@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import DATASETS, PROCESSORS
-from tests.test_interrupt import big_dataset  # noqa: F401 (the 60,000-row fixture)
+from tests.test_interrupt import ROWS, big_dataset  # noqa: F401 (the 200,000-row fixture)
 
 MODEL = str(PROCESSORS / "qwen2-vl")
 
@@ -47,7 +47,8 @@ def test_interrupted_then_resumed_equals_one_full_scan(big_dataset, tmp_path, jo
     assert first.returncode == 143, stderr
     state = json.loads(checkpoint.read_text())
     done = state["position"]["rows"]
-    assert 0 < done < 60_000
+    # Partial: the first save (after 5 s) already holds about 60k rows on an idle 2-core machine.
+    assert 0 < done < ROWS
 
     second = subprocess.run(
         _command(rows, tmp_path / "resumed.json", "--resume", str(checkpoint), "--jobs", jobs),
