@@ -303,6 +303,21 @@ def load_model(
     return model
 
 
+def _load_image_processor(
+    name: str, family: Family, image_config: dict[str, Any], trust_remote_code: bool
+) -> Any:
+    """The image processor object; for a torchvision-only family where torchvision is missing, its raw
+    config dict (transformers cannot build the class here: the family reads the same keys from the dict)."""
+    if family.needs_torchvision:
+        from transformers.utils import is_torchvision_available
+
+        if not is_torchvision_available():
+            return dict(image_config)
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+
+
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
 
 
@@ -361,13 +376,11 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         )
 
     model_config = _read_json(name, "config.json")
-    from transformers import AutoImageProcessor
-
     _quiet_transformers()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            image_processor = AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+            image_processor = _load_image_processor(name, family, image_config, trust_remote_code)
             tokenizer = _load_tokenizer(name, family, trust_remote_code)
     except Exception as exc:  # noqa: BLE001 (a hostile folder makes transformers raise anything)
         raise ModelError(

@@ -155,6 +155,10 @@ class Family:
     compose: Callable[[str, Sequence[Expansion], Any], list[Segment]] | None = None
     add_special_tokens: bool = True
     header_formula: bool = True  # False: no pure count; every scan decodes pixels (generic fallback)
+    # The image processor has no PIL backend (transformers builds it only with torchvision): where torchvision
+    # is missing, settings_from gets the raw image processor config dict (preprocessor_config.json, or the
+    # one nested in processor_config.json) instead of the object, and count_exact cannot run.
+    needs_torchvision: bool = False
     # M-RoPE models: how many text positions one image's tokens take (Qwen: max(t, h/merge, w/merge)).
     # None: positions advance by one per token.
     position_span: Callable[[ImageCount, Any], int] | None = None
