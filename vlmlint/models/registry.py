@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from vlmlint.models.base import NO_KNOB_KNOWN, Family
 from vlmlint.models.gemma3 import FAMILY as GEMMA3
+from vlmlint.models.gemma3n import FAMILY as GEMMA3N
+from vlmlint.models.gemma4 import FAMILY as GEMMA4
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
+from vlmlint.models.kimi_k25 import FAMILY as KIMI_K25
 from vlmlint.models.llava import FAMILY as LLAVA
 from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
@@ -24,9 +27,12 @@ FAMILIES: tuple[Family, ...] = (
     IDEFICS3,
     PALIGEMMA,
     GEMMA3,
+    GEMMA3N,
+    GEMMA4,
     INTERNVL,
     PIXTRAL,
     MLLAMA,
+    KIMI_K25,
     VISION_ENCODER,
 )
 # Every family's image and marker tokens: plain text under a tokenizer that does not know them.
