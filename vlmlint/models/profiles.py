@@ -13,6 +13,10 @@ chat template), shipped as package data under vlmlint/models/profile_data/<name>
 - LLaVA-NeXT (llava-v1.6-mistral-7b): Mistral-7B's real SentencePiece BPE (tokenizer.model.v1) from
   `mistral-common`, converted once (sentencepiece reads the pieces, transformers' generate_merges orders
   the merges) and cached the same way; <image> 32000 and <pad> 32001 added as in the checkpoint.
+- Qwen2.5-Omni (a Qwen2.5 thinker) and InternVL3.5 (a Qwen3-8B language model) reuse the same cached
+  BPE with their checkpoints' added tokens on their ids (<|IMAGE|> 151655; <IMG_CONTEXT> 151671): exact.
+  Issue 19's profiles are written from fixtures/profiles_issue19.py; each folder's provenance.json (not
+  read at run time) says where its values came from.
 - The other families: a small stand-in tokenizer shipped with vlmlint. Their image-token counts are
   exact (image settings are the checkpoint's), their text-token counts are estimates
   (`Model.text_tokens_estimated` says so); pass the hub id or a local folder for exact ones.
@@ -101,6 +105,23 @@ PROFILES: dict[str, Profile] = {
             "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
             "mistral-small-3.1",
         ),
+        # Issue 19: this year's models (fixtures/profiles_issue19.py writes their files; each folder's
+        # provenance.json says where every value came from). Qwen-language-model checkpoints are exact.
+        Profile("gemma-4", "Gemma 4", "google/gemma-4-E4B-it", "gemma-4"),
+        Profile("glm-4.1v", "GLM-4.1V", "zai-org/GLM-4.1V-9B-Thinking", "glm-4.1v"),
+        Profile("glm-4.6v", "GLM-4.6V", "zai-org/GLM-4.6V", "glm-4.6v"),
+        Profile("minicpm-v-4.6", "MiniCPM-V 4.6", "openbmb/MiniCPM-V-4.6", "minicpm-v-4.6"),
+        # Qwen2.5-Omni's thinker is Qwen2.5: the Qwen BPE with its audio/vision added tokens.
+        Profile("qwen2.5-omni", "Qwen2.5-Omni", "Qwen/Qwen2.5-Omni-7B", "qwen"),
+        Profile("kimi-k2.5", "Kimi K2.5", "moonshotai/Kimi-K2.5", "kimi-k2.5"),
+        Profile("llama-4", "Llama 4", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama-4"),
+        Profile("lfm2-vl", "LFM2-VL", "LiquidAI/LFM2-VL-1.6B", "lfm2-vl"),
+        Profile("phi-4-mm", "Phi-4-multimodal", "microsoft/Phi-4-multimodal-instruct", "phi-4-mm"),
+        Profile("molmo2", "Molmo2", "allenai/Molmo2-8B", "molmo2"),
+        Profile("ernie-4.5-vl", "ERNIE 4.5 VL", "baidu/ERNIE-4.5-VL-28B-A3B-PT", "ernie-4.5-vl"),
+        Profile("paddleocr-vl", "PaddleOCR-VL", "PaddlePaddle/PaddleOCR-VL", "paddleocr-vl"),
+        # InternVL3.5's language model is Qwen3: the Qwen BPE with InternVL's added tokens after Qwen3's.
+        Profile("internvl3.5", "InternVL3.5", "OpenGVLab/InternVL3_5-8B-HF", "qwen"),
     )
 }
 
