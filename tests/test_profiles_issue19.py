@@ -61,7 +61,8 @@ def _needs_family(name: str):
     if _landed(name):
         return name
     return pytest.param(
-        name, marks=pytest.mark.xfail(reason=f"{PROCESSOR_CLASS[name]}'s family not registered yet")
+        name,
+        marks=pytest.mark.xfail(reason=f"{PROCESSOR_CLASS[name]}'s family not registered yet", strict=False),
     )
 
 
