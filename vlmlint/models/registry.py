@@ -14,6 +14,7 @@ from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
 from vlmlint.models.mllama import FAMILY as MLLAMA
 from vlmlint.models.paligemma import FAMILY as PALIGEMMA
+from vlmlint.models.phi4_multimodal import FAMILY as PHI4_MULTIMODAL
 from vlmlint.models.pixtral import FAMILY as PIXTRAL
 from vlmlint.models.qwen_vl import FAMILY as QWEN_VL
 from vlmlint.models.vision_encoder import FAMILY as VISION_ENCODER
@@ -33,6 +34,7 @@ FAMILIES: tuple[Family, ...] = (
     PIXTRAL,
     MLLAMA,
     KIMI_K25,
+    PHI4_MULTIMODAL,
     VISION_ENCODER,
 )
 # Every family's image and marker tokens: plain text under a tokenizer that does not know them.
