@@ -155,8 +155,10 @@ SIZE_EDGES = [
     (803, 803),
     (804, 804),
     (16, 2000),  # one pooled row by the floor, not by the fallback
-    (10, 2000),  # the fallback: height floors to 0
-    (2000, 10),
+    (10, 2000),  # still the floor: 48 x 11328
+    (8, 2000),  # ratio 1/250: the floor
+    (7, 2000),  # ratio under 1/280: height floors to 0, the fallback branch, width at its cap
+    (2000, 7),
     (47, 13440),
     (480, 640),
     (1080, 1920),
@@ -169,6 +171,15 @@ SIZE_EDGES = [
 def test_size_edges_match_the_real_function(height, width, max_soft_tokens):
     s = gemma4.Gemma4Settings(max_soft_tokens=max_soft_tokens)
     assert mine_size(height, width, s) == real_size(height, width, s)
+
+
+def test_the_edges_reach_each_branch():
+    """Upscaled, exact (no resize), floored, and the zero-side fallback capped at max_soft_tokens columns."""
+    assert (gemma4.count(10, 10, HUB).resized_height, gemma4.count(10, 10, HUB).tokens) == (768, 256)
+    assert gemma4.count(672, 960, HUB) == gemma4.ImageCount(672, 960, (42, 60), 280)
+    assert gemma4.count(10, 2000, HUB) == gemma4.ImageCount(48, 11328, (3, 708), 236)
+    assert gemma4.count(7, 2000, HUB) == gemma4.ImageCount(48, 13440, (3, 840), 280)
+    assert gemma4.count(2000, 7, HUB) == gemma4.ImageCount(13440, 48, (840, 3), 280)
 
 
 @settings(max_examples=400, deadline=None)
@@ -209,7 +220,8 @@ PIPELINE_EDGES = [
     (1, 4000),
     (4000, 1),
     (10, 2000),
-    (2000, 10),
+    (7, 2000),
+    (2000, 7),
     (10, 10),
     (672, 960),
     (1344, 1920),
