@@ -13,6 +13,7 @@ from vlmlint.models.llava import FAMILY as LLAVA
 from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
 from vlmlint.models.mllama import FAMILY as MLLAMA
+from vlmlint.models.molmo2 import FAMILY as MOLMO2
 from vlmlint.models.paligemma import FAMILY as PALIGEMMA
 from vlmlint.models.phi4_multimodal import FAMILY as PHI4_MULTIMODAL
 from vlmlint.models.pixtral import FAMILY as PIXTRAL
@@ -35,6 +36,7 @@ FAMILIES: tuple[Family, ...] = (
     MLLAMA,
     KIMI_K25,
     PHI4_MULTIMODAL,
+    MOLMO2,
     VISION_ENCODER,
 )
 # Every family's image and marker tokens: plain text under a tokenizer that does not know them.
