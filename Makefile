@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint fixtures docs bench bench-scale clean
+.PHONY: install demo test test-reference lint fixtures docs bench bench-scale clean
 
 install: $(STAMP)
 
@@ -21,6 +21,26 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The torchvision-only processors (Llama 4, Kimi K2.5, LFM2-VL, Molmo2, Phi-4-multimodal, Cohere2 Vision)
+# run for real in a second venv with torch and torchvision (the `reference` extra; pip takes both from
+# local files here, about 6 GB): their recorded outputs (fixtures/reference/*.json, which `make test`
+# checks the formulas against) are recorded again and must not change, tests/reference/ runs the
+# differential tests against the real classes, and the PIL-backed families are run once through their
+# torchvision image processors (the disagreements between the two backends are reported).
+REF_VENV := .venv-reference
+REF_BIN := $(REF_VENV)/bin
+REF_STAMP := $(REF_VENV)/.installed
+
+$(REF_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(REF_VENV)
+	$(REF_BIN)/python -m pip install --quiet --upgrade pip
+	$(REF_BIN)/python -m pip install --quiet -e '.[test,reference]'
+	touch $(REF_STAMP)
+
+test-reference: $(REF_STAMP)
+	VLMLINT_REFERENCE=1 $(REF_BIN)/python -m fixtures.reference --check
+	VLMLINT_REFERENCE=1 $(REF_BIN)/python -m pytest -q -p no:cacheprovider tests/reference
 
 lint: install
 	$(BIN)/ruff check vlmlint tests fixtures bench
