@@ -122,7 +122,10 @@ def _read_chat_template(model: str, tokenizer: Any) -> str | None:
 
 
 def _max_position_embeddings(config: dict[str, Any]) -> int | None:
-    for section in (config.get("text_config") or {}, config):
+    """The language model's context: text_config's, the config's own, or (Qwen2.5-Omni, Qwen3-Omni)
+    thinker_config.text_config's, where the Omni models keep the text model that reads the images."""
+    thinker = config.get("thinker_config") if isinstance(config.get("thinker_config"), dict) else {}
+    for section in (config.get("text_config") or {}, config, thinker.get("text_config") or {}, thinker):
         value = section.get("max_position_embeddings") if isinstance(section, dict) else None
         if isinstance(value, int) and value > 0:
             return value

@@ -9,7 +9,9 @@ type with the same processor class).
 
 Each entry says how vlmlint counts that model type's rows:
 
-- ``formula``: a family module of vlmlint lists the processor class (`registry.family_for_class`);
+- ``formula``: a family module of vlmlint lists the processor class (`registry.family_for_class`),
+  also where its image processor needs torchvision (a family with needs_torchvision, proven against the
+  recorded outputs of fixtures/reference/);
 - ``fallback``: the real processor, on decoded images (its image processor has a PIL backend and the
   processor class imports without torch);
 - ``refused``: it cannot run here; the reason names the component and what it needs.
@@ -37,6 +39,7 @@ from typing import Any
 __all__ = [
     "LEFT_OUT",
     "NEEDS_AT_CALL",
+    "RECORDED",
     "SupportEntry",
     "in_differential_test",
     "render_markdown",
@@ -61,6 +64,12 @@ NEEDS_AT_CALL: dict[str, str] = {
     "idefics": "its processor builds image tensors with torch only (return_tensors='pt'): pip install torch",
 }
 
+# A torchvision-only family's proof: its formula against the real class's outputs recorded in
+# fixtures/reference/ (checked by `make test`), recorded again with torchvision by `make test-reference`.
+RECORDED = (
+    "yes: against the real processor's recorded outputs (fixtures/reference/, recorded again with "
+    "torchvision by make test-reference)"
+)
 _NO_IMAGE_TOKENS = "no image tokens in its text (nothing to count per image)"
 _PIP = {"torch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
 
@@ -178,8 +187,12 @@ def _entry(model_type: str, processor_class: str, backends: dict[str, str], note
         if processor is None or _is_placeholder(processor):
             route, reason = "refused", f"its processor class {processor_class} needs torch: pip install torch"
     elif pil is None:
-        route = "refused"
-        reason = "its image processor needs torchvision (no PIL backend): pip install torch torchvision"
+        found = _family_for_class(processor_class)
+        if found is not None and found.needs_torchvision:  # a formula is the only torch-free path
+            route, family = "formula", found.name
+        else:
+            route = "refused"
+            reason = "its image processor needs torchvision (no PIL backend): pip install torch torchvision"
     elif pil_class is None or _is_placeholder(pil_class):
         route = "refused"
         reason = f"its image processor {pil} needs {_needs(getattr(pil_class, '_backends', None))}"
@@ -202,6 +215,8 @@ def _entry(model_type: str, processor_class: str, backends: dict[str, str], note
         route, family, reason = "refused", None, NEEDS_AT_CALL[model_type]
     if route == "refused":
         proven: bool | str = "not covered: refused here (it needs torch or torchvision)"
+    elif route == "formula" and pil is None:
+        proven = RECORDED
     elif not tokens:
         proven = f"not covered: {_NO_IMAGE_TOKENS}"
     elif model_type in LEFT_OUT:
@@ -266,10 +281,17 @@ def totals_line(entries: list[SupportEntry]) -> str:
 
 def route_text(entry: SupportEntry) -> str:
     if entry.route == "formula":
-        return f"formula (family {entry.family})"
+        import transformers
+
+        proof = f", proven against transformers {transformers.__version__}" if _proven(entry) else ""
+        return f"formula (family {entry.family}){proof}"
     if entry.route == "fallback":
         return "fallback (real processor)"
     return f"refused: {entry.reason}"
+
+
+def _proven(entry: SupportEntry) -> bool:
+    return entry.proven is True or entry.proven == RECORDED
 
 
 def proven_text(entry: SupportEntry) -> str:
@@ -285,15 +307,19 @@ Generated from the installed transformers ({version}) and vlmlint's own code by
 Every model type that transformers' auto mappings (`PROCESSOR_MAPPING_NAMES`,
 `IMAGE_PROCESSOR_MAPPING_NAMES`) give a processor taking images, with the route vlmlint counts it by:
 
-- **formula**: a vlmlint family module lists its processor class; counts come from the image header;
+- **formula**: a vlmlint family module lists its processor class; counts come from the image header
+  (for the processors whose image processor needs torchvision, a formula is the only torch-free path);
 - **fallback**: the real transformers processor, on decoded images (no torch or torchvision needed:
   its image processor has a PIL backend; video and audio parts are left out);
 - **refused**: it cannot run without torch or torchvision; the reason says which part needs what.
 
 **Proven** means tests/test_support_matrix.py builds a tiny processor folder for that model type from
 the classes' defaults, scans a dataset of one- and two-image rows of varied sizes with vlmlint and
-finds every row's sequence length and every image's image tokens equal to the real processor's. A
-model type it does not cover says why.
+finds every row's sequence length and every image's image tokens equal to the real processor's; each
+family module has its own differential tests as well (tests/families/). For the processors whose image
+processor needs torchvision, the formula is checked against the real class's outputs recorded in
+fixtures/reference/, which `make test-reference` records again with torch and torchvision. A model type
+it does not cover says why.
 
 {totals}.
 
