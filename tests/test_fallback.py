@@ -88,10 +88,17 @@ def test_a_processor_error_is_a_finding_on_that_row_and_the_scan_goes_on():
 
 
 def test_routing_is_by_processor_class_only():
-    # Granite 4 Vision reuses LLaVA-NeXT's image processor and expands it its own way.
-    assert find_family("Granite4VisionProcessor", "LlavaNextImageProcessor") is None
-    assert find_family("Gemma3nProcessor", "SiglipImageProcessor") is None
-    assert find_family("Qwen2_5OmniProcessor", "Qwen2VLImageProcessor") is None
+    # Granite 4 Vision reuses LLaVA-NeXT's image processor and expands it its own way: the image processor
+    # never routes a named processor class, which gets its own family or none (the fallback).
+    for processor_class, shared in (
+        ("Granite4VisionProcessor", "LlavaNextImageProcessor"),
+        ("Gemma3nProcessor", "SiglipImageProcessor"),
+        ("Qwen2_5OmniProcessor", "Qwen2VLImageProcessor"),
+        ("NotAFamilyProcessor", "LlavaNextImageProcessor"),
+    ):
+        found = find_family(processor_class, shared)
+        assert found is None or processor_class in found.processor_classes
+    assert find_family("NotAFamilyProcessor", "Qwen2VLImageProcessor") is None
     assert find_family("LlavaNextProcessor", None).name == "llava-next"
     # A folder naming no processor class at all (google/vit-*): the image processor decides.
     assert find_family(None, "ViTImageProcessor").name == "vision-encoder"

@@ -84,3 +84,66 @@ def test_an_image_above_the_pixel_limit_is_not_a_disagreement(tmp_path):
     scanner = Scanner(config)
     checked, disagreements = _verify(scanner, 4)
     assert checked == 1 and disagreements == []
+
+
+def _one_folder_per_family() -> dict[str, str]:
+    """The first fixture processor folder (by name) that each registry family loads."""
+    from vlmlint.models import ModelError, load_model
+    from vlmlint.models.registry import FAMILIES
+
+    names = {family.name for family in FAMILIES}
+    folders: dict[str, str] = {}
+    for folder in sorted(p for p in PROCESSORS.iterdir() if p.is_dir()):
+        try:
+            family = load_model(str(folder)).family.name
+        except ModelError:
+            continue
+        if family in names:
+            folders.setdefault(family, folder.name)
+    return folders
+
+
+FAMILY_FOLDERS = _one_folder_per_family()
+
+
+def verify_on_demo(folder: str) -> dict:
+    """`vlmlint scan demo --verify 8 --format json`'s verify summary for one fixture folder."""
+    args = ["scan", str(DATASETS / "demo"), "--model", str(PROCESSORS / folder), "--verify", "8"]
+    result = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+    return orjson.loads(result.stdout)["summary"]["verify"]
+
+
+def test_every_family_has_a_fixture_folder():
+    from vlmlint.models.registry import FAMILIES
+
+    missing = {f.name for f in FAMILIES} - set(FAMILY_FOLDERS) - {"vision-encoder"}
+    assert not missing, f"families without a fixture folder for --verify: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_FOLDERS))
+def test_verify_works_for_every_family(family):
+    """Every family rechecks with its real image processor and agrees; where that processor needs torchvision
+    and it is missing, the summary says so (`not_run`) instead of disagreeing (tests/reference reruns these)."""
+    from vlmlint.models import load_model
+
+    model = load_model(str(PROCESSORS / FAMILY_FOLDERS[family]))
+    verify = verify_on_demo(FAMILY_FOLDERS[family])
+    if model.exact_unavailable:
+        assert verify == {"rows": 0, "disagreements": 0, "not_run": model.exact_unavailable}
+        assert "torchvision" in verify["not_run"]
+    else:
+        assert verify["disagreements"] == 0 and verify["rows"] > 0, verify
+
+
+def test_exact_refuses_at_once_where_it_cannot_run():
+    from vlmlint.models import load_model
+
+    torchvision_only = [
+        f for f, folder in FAMILY_FOLDERS.items() if load_model(str(PROCESSORS / folder)).exact_unavailable
+    ]
+    if not torchvision_only:
+        pytest.skip("torchvision is installed: every family's exact path runs")
+    folder = PROCESSORS / FAMILY_FOLDERS[torchvision_only[0]]
+    result = CliRunner().invoke(app, ["scan", str(DATASETS / "demo"), "--model", str(folder), "--exact"])
+    assert result.exit_code == 2 and "--exact cannot run" in result.output and "torchvision" in result.output

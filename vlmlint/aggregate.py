@@ -55,6 +55,7 @@ class Summary:
     audios: int = 0
     verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
     verify_disagreements: int = 0
+    verify_skipped: str | None = None  # why --verify could not recheck any row
     keep_rows: int = KEEP_FLAGGED_ROWS
     spilled_rows: int = 0
     _spill: IO[bytes] | None = field(default=None, repr=False)
@@ -83,9 +84,12 @@ class Summary:
                 self.by_code[finding.code] += 1
                 self.by_severity[finding.severity.value] += 1
 
-    def add_verification(self, checked: int, disagreements: list[tuple[RowOutcome, Finding]]) -> None:
+    def add_verification(
+        self, checked: int, disagreements: list[tuple[RowOutcome, Finding]], skipped: str | None = None
+    ) -> None:
         """Record the --verify self-check; each disagreement joins its row's findings."""
         self.verified_rows = checked
+        self.verify_skipped = skipped
         self.verify_disagreements = len(disagreements)
         for outcome, finding in disagreements:
             position = next((i for i, o in enumerate(self.flagged) if o.result is outcome.result), None)
@@ -145,7 +149,8 @@ class Summary:
             "by_severity": dict(sorted(self.by_severity.items())),
             "seq_len": percentiles(self.seq_lens),
             "image_tokens_per_image": percentiles(self.image_tokens),
-            "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements},
+            "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements}
+            | ({"not_run": self.verify_skipped} if self.verify_skipped else {}),
             # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
             "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
         }

@@ -353,7 +353,10 @@ class Scanner:
             else:
                 counts = [self._count(*self._trainer_size(info), len(headers)) for info in headers]
         except CountError as exc:
-            return tuple(self._rejected(info, exc) for info in headers), None
+            rejected = tuple(self._rejected(info, exc) for info in headers)
+            if not any(info.error_code for info in rejected):
+                raise  # no image to blame: the row's count error (_prepare)
+            return rejected, None
         infos = tuple(
             evolve(
                 info,
@@ -451,7 +454,12 @@ class Scanner:
             if self.family.count_row is not None:  # the fallback counts the whole row at once, below
                 images, decoded = self._decoded(sample, images)
             else:
-                images, counts = self._with_counts(sample, images)
+                try:
+                    images, counts = self._with_counts(sample, images)
+                except CountError as exc:  # the real image processor refuses the row as a whole
+                    prepared = _Prepared(sample, images, placeholders, media=media)
+                    prepared.count_error = f"processor: {exc}"
+                    return prepared
         prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why

@@ -195,6 +195,8 @@ class ScanSession:
         from vlmlint.runner import ResumeMismatch
         from vlmlint.verify import Verifier
 
+        if self.config.exact and self.scanner.model.exact_unavailable:
+            raise SessionError(f"--exact cannot run: {self.scanner.model.exact_unavailable}")
         result = ScanResult(Summary(), self.scanner, self.config, self.datasets)
         # --exact already is the real image processor, and so is the fallback for every row
         exact = self.config.exact or not self.scanner.family.header_formula
@@ -273,7 +275,7 @@ class ScanSession:
             for row, finding in disagreements
             if self.scanner.keep(finding) and not (baseline and baseline.suppresses(finding))
         ]
-        summary.add_verification(checked, kept)
+        summary.add_verification(checked, kept, skipped=verifier.skipped)
 
     def finish(self, result: ScanResult) -> None:
         """After the report: a completed scan's checkpoint is removed (the report read its findings)."""

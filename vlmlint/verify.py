@@ -23,6 +23,7 @@ class Verifier:
     seen: int = 0
     chosen: list[RowOutcome] = field(default_factory=list)
     _random: random.Random = field(default_factory=lambda: random.Random(SEED))
+    skipped: str | None = None  # why the recheck could not run (the exact path needs torchvision here)
 
     def offer(self, outcome: RowOutcome) -> None:
         """Reservoir sampling over the rows that got counts."""
@@ -40,6 +41,9 @@ class Verifier:
         """Recount the chosen rows exactly; returns (rows checked, disagreements as findings)."""
         if not self.chosen:
             return 0, []
+        self.skipped = scanner.model.exact_unavailable
+        if self.skipped is not None:
+            return 0, []  # said on the summary, never a disagreement
         exact = Scanner(replace(scanner.config, exact=True), model=scanner.model)
         rule = CountDisagreement()
         chosen = sorted(self.chosen, key=lambda o: (o.result.sample.source, o.result.sample.index))

@@ -64,6 +64,17 @@ class Model:
     checkpoint: str | None = None  # a profile's source hub checkpoint
     text_tokens_estimated: str | None = None  # how text tokens are estimated; None when exact
 
+    @property
+    def exact_unavailable(self) -> str | None:
+        """Why the exact path (--exact, --verify) cannot run here, or None: a torchvision-only family's
+        image processor is only its config dict where torchvision is missing."""
+        if self.family.needs_torchvision and isinstance(self.image_processor, dict):
+            return (
+                f"the real image processor of {self.family.name} needs torch and torchvision (pip install "
+                "torch torchvision); the formula is proven against the real processor's recorded outputs"
+            )
+        return None
+
     def counted_by(self, timing: bool = False) -> str:
         """How this model's counts are made: its family's formula, or the real processor per row.
 

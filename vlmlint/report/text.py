@@ -114,7 +114,9 @@ def render_text(
             ),
             soft_wrap=True,  # one line, whatever the width
         )
-    if summary.verified_rows is not None:
+    if summary.verify_skipped:
+        console.print(Text(f"verify: not run: {summary.verify_skipped}", style="yellow"), soft_wrap=True)
+    elif summary.verified_rows is not None:
         style = "red" if summary.verify_disagreements else "green"
         console.print(
             Text(
