@@ -6,6 +6,7 @@ from vlmlint.models.base import NO_KNOB_KNOWN, Family
 from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
 from vlmlint.models.gemma4 import FAMILY as GEMMA4
+from vlmlint.models.glm4v import FAMILY as GLM4V
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
 from vlmlint.models.kimi_k25 import FAMILY as KIMI_K25
@@ -31,6 +32,7 @@ FAMILIES: tuple[Family, ...] = (
     GEMMA3,
     GEMMA3N,
     GEMMA4,
+    GLM4V,
     INTERNVL,
     PIXTRAL,
     MLLAMA,
