@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vlmlint.models.base import NO_KNOB_KNOWN, Family
+from vlmlint.models.ernie_vl import FAMILY as ERNIE_VL
 from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
 from vlmlint.models.gemma4 import FAMILY as GEMMA4
@@ -33,6 +34,7 @@ FAMILIES: tuple[Family, ...] = (
     GEMMA3N,
     GEMMA4,
     GLM4V,
+    ERNIE_VL,
     INTERNVL,
     PIXTRAL,
     MLLAMA,
