@@ -46,6 +46,31 @@ _STRATEGIES = ("delete", "left", "right", "raise")
 _LOSS_SCALES = {"default": "all_assistant", "last_round": "last_assistant", "all": "every_token"}
 
 
+# ms-swift 4.6.0's registered templates (swift/model/models/*.py register_model -> template, defined in
+# swift/template/templates/*.py) for the processors where vlmlint does not know the model's own chat
+# template to give the same tokens: a scan of such a model with --pipeline swift is refused by name.
+NOT_REPRODUCED: dict[str, tuple[str, str]] = {
+    "Gemma4Processor": ("gemma4_nothinking (E2B/E4B) or gemma4", "gemma.py"),
+    "Gemma3nProcessor": ("gemma3n", "gemma.py"),
+    "Glm4vProcessor": ("glm4v, glm4_5v or glm_ocr", "glm.py"),
+    "Glm46VProcessor": ("glm4_5v", "glm.py"),
+    "MiniCPMV4_6Processor": ("minicpmv4_6", "minicpm.py"),
+    "MiniCPMV4_7Processor": ("minicpmv4_7", "minicpm.py"),
+    "Kimi_K25Processor": ("kimi_k25", "moonshot.py"),
+    "KimiVLProcessor": ("kimi_vl", "moonshot.py"),
+    "Llama4Processor": ("llama4", "llama.py"),
+    "Ernie4_5_VLMoeProcessor": ("ernie_vl", "baidu.py"),
+    "Qwen2_5OmniProcessor": ("qwen2_5_omni", "qwen.py"),
+    "Qwen3OmniMoeProcessor": ("qwen3_omni", "qwen.py"),
+    "Molmo2Processor": ("molmo2", "molmo.py"),
+    "Phi4MultimodalProcessor": ("phi4_multimodal", "microsoft.py"),
+    "PaddleOCRVLProcessor": ("paddle_ocr", "baidu.py"),
+    "HunYuanVLProcessor": ("hunyuan_ocr", "tencent.py"),
+    "DeepseekOcr2Processor": ("deepseek_ocr2", "deepseek.py"),
+    "Ovis2Processor": ("ovis2", "qwen.py"),
+}
+
+
 def _positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if allow_none and (value is None or (isinstance(value, str) and value.lower() == "none")):
         return None
@@ -98,6 +123,17 @@ class SwiftPipeline(Pipeline):
             )
         self.rounds = _LOSS_SCALES[loss_scale]
         self.max_pixels = _positive_int("max_pixels", options.get("max_pixels"), allow_none=True)
+
+    def bind(self, model: Any) -> None:
+        found = NOT_REPRODUCED.get(model.processor_class or "")
+        if found is not None:
+            template, source = found
+            raise PipelineError(
+                f"--pipeline swift: {SWIFT_VERSION} encodes {model.family.title} rows with its own template "
+                f"{template} (swift/template/templates/{source}), which vlmlint does not reproduce yet (the "
+                "model's chat template is not proven to give the same tokens); scan without --pipeline for "
+                "the processor's own counts"
+            )
 
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """swift's `rescale_image(img, max_pixels)`: the same aspect ratio at max_pixels, truncated."""

@@ -1,0 +1,73 @@
+"""--pipeline llamafactory / swift on issue 19's models: the trainer's template is named, and refused
+where vlmlint does not reproduce it, never counted with another template's text."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DATASETS
+from vlmlint.config import build_config
+from vlmlint.engine import Scanner
+from vlmlint.models import ModelError, load_model
+from vlmlint.pipelines import PipelineError, llamafactory, load_pipeline, swift
+
+# profile -> the LLaMA-Factory 0.9.5 template its checkpoint trains with (extras/constants.py), and
+# ms-swift 4.6.0's (swift/model/models/*.py); None: the trainer registers none for it.
+TEMPLATES = {
+    "gemma-4": ("gemma4", "gemma4"),
+    "glm-4.1v": ("glm4v", "glm4v"),
+    "glm-4.6v": ("glm4_5v", "glm4_5v"),
+    "minicpm-v-4.6": ("minicpm_v_4_6", "minicpmv4_6"),
+    "qwen2.5-omni": ("qwen2_omni", "qwen2_5_omni"),
+    "kimi-k2.5": (None, "kimi_k25"),
+    "llama-4": ("llama4", "llama4"),
+    "lfm2-vl": ("lfm2_vl", None),
+    "phi-4-mm": (None, "phi4_multimodal"),
+    "molmo2": (None, "molmo2"),
+    "ernie-4.5-vl": ("ernie_vl", "ernie_vl"),
+    "paddleocr-vl": (None, "paddle_ocr"),
+    "internvl3.5": ("intern_vl", None),
+}
+
+
+def _scanner(profile: str, pipeline: str, **options) -> Scanner:
+    try:
+        model = load_model(profile)
+    except ModelError as exc:  # a torchvision-only processor whose family has not landed: refused at load
+        pytest.skip(str(exc))
+    config = build_config(
+        str(DATASETS / "demo"), {}, {"model": profile, "pipeline": pipeline, "pipeline_options": options}
+    )
+    return Scanner(config, model=model)
+
+
+@pytest.mark.parametrize("profile", sorted(TEMPLATES))
+def test_llamafactory_names_the_template_it_does_not_reproduce(profile):
+    template, _ = TEMPLATES[profile]
+    with pytest.raises(PipelineError) as raised:
+        _scanner(profile, "llamafactory")
+    message = str(raised.value)
+    if template is None:
+        assert "name none for" in message
+    else:
+        assert f"template {template} (" in message and "not reproduced" in message
+        assert template in llamafactory.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize("template", sorted(llamafactory.NOT_REPRODUCED))
+def test_an_unreproduced_template_option_is_refused_by_name(template):
+    with pytest.raises(PipelineError, match=f"template {template} .*not reproduced"):
+        load_pipeline("llamafactory", {"template": template})
+
+
+@pytest.mark.parametrize("profile", sorted(p for p, (_, t) in TEMPLATES.items() if t))
+def test_swift_names_its_own_template(profile):
+    _, template = TEMPLATES[profile]
+    with pytest.raises(PipelineError) as raised:
+        _scanner(profile, "swift")
+    assert template in str(raised.value) and "does not reproduce" in str(raised.value)
+
+
+def test_swift_still_scans_the_families_it_reproduces():
+    names = {processor for processor in swift.NOT_REPRODUCED}
+    assert "Qwen2VLProcessor" not in names and "LlavaProcessor" not in names
