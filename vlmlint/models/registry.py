@@ -16,6 +16,7 @@ from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
 from vlmlint.models.mllama import FAMILY as MLLAMA
 from vlmlint.models.molmo2 import FAMILY as MOLMO2
+from vlmlint.models.paddleocr_vl import FAMILY as PADDLEOCR_VL
 from vlmlint.models.paligemma import FAMILY as PALIGEMMA
 from vlmlint.models.phi4_multimodal import FAMILY as PHI4_MULTIMODAL
 from vlmlint.models.pixtral import FAMILY as PIXTRAL
@@ -35,6 +36,7 @@ FAMILIES: tuple[Family, ...] = (
     GEMMA4,
     GLM4V,
     ERNIE_VL,
+    PADDLEOCR_VL,
     INTERNVL,
     PIXTRAL,
     MLLAMA,
