@@ -69,8 +69,14 @@ def real_processor(folder: str | os.PathLike):
     template_file = folder / "chat_template.jinja"
     template = template_file.read_text() if template_file.is_file() else None
     parts = {"image_processor": image_processor, "tokenizer": tokenizer}
-    if "video_processor" in inspect.signature(processor_class.__init__).parameters:
+    required = inspect.signature(processor_class.__init__).parameters
+    if "video_processor" in required:
         parts["video_processor"] = None
+    if "feature_extractor" in required or "audio_processor" in required:
+        # Gemma 3n / Gemma 4 need their audio part (torch): fixtures/support.py stubs it
+        from fixtures import support
+
+        return support.real_processor(folder)
     return WithoutVideo(**parts, chat_template=template, **processor_kwargs)
 
 

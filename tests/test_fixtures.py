@@ -147,6 +147,8 @@ def test_counts_equal_the_real_processor(name, processor_name, scanners):
     if json.loads((FIXTURES / "expected" / f"{name}.json").read_text())["layout"] == "pretokenized":
         pytest.skip("processor output stored in the rows: tests/test_pretokenized.py rebuilds it")
     scanner = scanners(processor_name)
+    if scanner.model.exact_unavailable:  # torchvision-only: proven on fixtures/reference/ records instead
+        pytest.skip(scanner.model.exact_unavailable)
     processor = real_processor(PROCESSORS / processor_name)
     checked = 0
     for outcome in scanner.scan_samples(_samples(name)):
