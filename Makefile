@@ -41,6 +41,8 @@ $(REF_STAMP): pyproject.toml
 test-reference: $(REF_STAMP)
 	VLMLINT_REFERENCE=1 $(REF_BIN)/python -m fixtures.reference --check
 	VLMLINT_REFERENCE=1 $(REF_BIN)/python -m pytest -q -p no:cacheprovider tests/reference
+	# M-RoPE families: position_span against the model's real get_rope_index (it needs torch)
+	VLMLINT_REFERENCE=1 $(REF_BIN)/python -m pytest -q -p no:cacheprovider tests/families -k get_rope_index
 
 lint: install
 	$(BIN)/ruff check vlmlint tests fixtures bench
