@@ -11,6 +11,7 @@ from vlmlint.models.glm4v import FAMILY as GLM4V
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
 from vlmlint.models.kimi_k25 import FAMILY as KIMI_K25
+from vlmlint.models.lfm2_vl import FAMILY as LFM2_VL
 from vlmlint.models.llama4 import FAMILY as LLAMA4
 from vlmlint.models.llava import FAMILY as LLAVA
 from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
@@ -43,6 +44,7 @@ FAMILIES: tuple[Family, ...] = (
     MLLAMA,
     KIMI_K25,
     LLAMA4,
+    LFM2_VL,
     PHI4_MULTIMODAL,
     MOLMO2,
     VISION_ENCODER,
