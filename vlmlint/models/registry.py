@@ -16,6 +16,8 @@ from vlmlint.models.llama4 import FAMILY as LLAMA4
 from vlmlint.models.llava import FAMILY as LLAVA
 from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
+from vlmlint.models.minicpmv import FAMILY as MINICPMV
+from vlmlint.models.minicpmv import FAMILY_4_7 as MINICPMV4_7
 from vlmlint.models.mllama import FAMILY as MLLAMA
 from vlmlint.models.molmo2 import FAMILY as MOLMO2
 from vlmlint.models.paddleocr_vl import FAMILY as PADDLEOCR_VL
@@ -42,6 +44,8 @@ FAMILIES: tuple[Family, ...] = (
     INTERNVL,
     PIXTRAL,
     MLLAMA,
+    MINICPMV,
+    MINICPMV4_7,
     KIMI_K25,
     LLAMA4,
     LFM2_VL,
