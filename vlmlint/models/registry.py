@@ -24,12 +24,14 @@ from vlmlint.models.paddleocr_vl import FAMILY as PADDLEOCR_VL
 from vlmlint.models.paligemma import FAMILY as PALIGEMMA
 from vlmlint.models.phi4_multimodal import FAMILY as PHI4_MULTIMODAL
 from vlmlint.models.pixtral import FAMILY as PIXTRAL
+from vlmlint.models.qwen_omni import FAMILY as QWEN_OMNI
 from vlmlint.models.qwen_vl import FAMILY as QWEN_VL
 from vlmlint.models.vision_encoder import FAMILY as VISION_ENCODER
 
 # Order matters only for image_processor_type lookups shared by several families: first wins.
 FAMILIES: tuple[Family, ...] = (
     QWEN_VL,
+    QWEN_OMNI,
     LLAVA,
     LLAVA_NEXT,
     LLAVA_ONEVISION,
