@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vlmlint.models.base import NO_KNOB_KNOWN, Family
+from vlmlint.models.cohere2_vision import FAMILY as COHERE2_VISION
 from vlmlint.models.ernie_vl import FAMILY as ERNIE_VL
 from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
@@ -51,6 +52,7 @@ FAMILIES: tuple[Family, ...] = (
     KIMI_K25,
     LLAMA4,
     LFM2_VL,
+    COHERE2_VISION,
     PHI4_MULTIMODAL,
     MOLMO2,
     VISION_ENCODER,
