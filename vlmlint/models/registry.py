@@ -21,6 +21,7 @@ from vlmlint.models.minicpmv import FAMILY as MINICPMV
 from vlmlint.models.minicpmv import FAMILY_4_7 as MINICPMV4_7
 from vlmlint.models.mllama import FAMILY as MLLAMA
 from vlmlint.models.molmo2 import FAMILY as MOLMO2
+from vlmlint.models.ovis2 import FAMILY as OVIS2
 from vlmlint.models.paddleocr_vl import FAMILY as PADDLEOCR_VL
 from vlmlint.models.paligemma import FAMILY as PALIGEMMA
 from vlmlint.models.phi4_multimodal import FAMILY as PHI4_MULTIMODAL
@@ -49,6 +50,7 @@ FAMILIES: tuple[Family, ...] = (
     MLLAMA,
     MINICPMV,
     MINICPMV4_7,
+    OVIS2,
     KIMI_K25,
     LLAMA4,
     LFM2_VL,
