@@ -132,7 +132,7 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
         else:
             try:
                 processor = real_processor(model)
-            except TypeError:  # a processor whose audio/video parts are required (Gemma 4): stubbed there
+            except (TypeError, AttributeError):  # audio/video parts required (Gemma 4, MiniCPM-V)
                 from fixtures.support import real_processor as support_processor
 
                 processor = support_processor(Path(model))
