@@ -9,6 +9,7 @@ from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
 from vlmlint.models.gemma4 import FAMILY as GEMMA4
 from vlmlint.models.glm4v import FAMILY as GLM4V
+from vlmlint.models.hunyuan_vl import FAMILY as HUNYUAN_VL
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
 from vlmlint.models.kimi_k25 import FAMILY as KIMI_K25
@@ -45,6 +46,7 @@ FAMILIES: tuple[Family, ...] = (
     GLM4V,
     ERNIE_VL,
     PADDLEOCR_VL,
+    HUNYUAN_VL,
     INTERNVL,
     PIXTRAL,
     MLLAMA,
