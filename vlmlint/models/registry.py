@@ -9,6 +9,7 @@ from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
 from vlmlint.models.gemma4 import FAMILY as GEMMA4
 from vlmlint.models.glm4v import FAMILY as GLM4V
+from vlmlint.models.granite4_vision import FAMILY as GRANITE4_VISION
 from vlmlint.models.hunyuan_vl import FAMILY as HUNYUAN_VL
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
@@ -37,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     QWEN_OMNI,
     LLAVA,
     LLAVA_NEXT,
+    GRANITE4_VISION,
     LLAVA_ONEVISION,
     IDEFICS3,
     PALIGEMMA,
