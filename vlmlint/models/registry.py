@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vlmlint.models.base import NO_KNOB_KNOWN, Family
 from vlmlint.models.cohere2_vision import FAMILY as COHERE2_VISION
+from vlmlint.models.deepseek_ocr2 import FAMILY as DEEPSEEK_OCR2
 from vlmlint.models.ernie_vl import FAMILY as ERNIE_VL
 from vlmlint.models.gemma3 import FAMILY as GEMMA3
 from vlmlint.models.gemma3n import FAMILY as GEMMA3N
@@ -59,6 +60,7 @@ FAMILIES: tuple[Family, ...] = (
     LLAMA4,
     LFM2_VL,
     COHERE2_VISION,
+    DEEPSEEK_OCR2,
     PHI4_MULTIMODAL,
     MOLMO2,
     VISION_ENCODER,
