@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vlmlint.models.aya_vision import FAMILY as AYA_VISION
 from vlmlint.models.base import NO_KNOB_KNOWN, Family
 from vlmlint.models.cohere2_vision import FAMILY as COHERE2_VISION
 from vlmlint.models.deepseek_ocr2 import FAMILY as DEEPSEEK_OCR2
@@ -51,6 +52,7 @@ FAMILIES: tuple[Family, ...] = (
     PADDLEOCR_VL,
     HUNYUAN_VL,
     INTERNVL,
+    AYA_VISION,
     PIXTRAL,
     MLLAMA,
     MINICPMV,
