@@ -13,6 +13,7 @@ from vlmlint.models.gemma4 import FAMILY as GEMMA4
 from vlmlint.models.glm4v import FAMILY as GLM4V
 from vlmlint.models.granite4_vision import FAMILY as GRANITE4_VISION
 from vlmlint.models.hunyuan_vl import FAMILY as HUNYUAN_VL
+from vlmlint.models.idefics2 import FAMILY as IDEFICS2
 from vlmlint.models.idefics3 import FAMILY as IDEFICS3
 from vlmlint.models.internvl import FAMILY as INTERNVL
 from vlmlint.models.kimi_k25 import FAMILY as KIMI_K25
@@ -42,6 +43,7 @@ FAMILIES: tuple[Family, ...] = (
     LLAVA_NEXT,
     GRANITE4_VISION,
     LLAVA_ONEVISION,
+    IDEFICS2,
     IDEFICS3,
     PALIGEMMA,
     GEMMA3,
