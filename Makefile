@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-reference lint fixtures docs bench bench-scale clean
+.PHONY: install demo test test-reference lint fixtures docs bench bench-reference bench-scale clean
 
 install: $(STAMP)
 
@@ -63,7 +63,11 @@ clean:
 
 # Figures for the README and the notes: the default path against the naive per-row processor loop.
 bench: install
-	$(BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models qwen2-vl,llava-v1.6-mistral-7b,idefics3-8b-llama3
+	$(BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models qwen2-vl,llava-v1.6-mistral-7b,idefics3-8b-llama3,gemma-4-e4b-it,glm-4.6v,minicpm-v-4.6
+
+# The torchvision-only families' formulas against their real (torchvision) processors, in the reference venv.
+bench-reference: $(REF_STAMP)
+	$(REF_BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models llama-4-scout-17b-16e-instruct,kimi-k2.5
 
 # Issue 7's figures: 100k and 1M-row JSONL and an embedded-bytes parquet, rows/s and peak RSS, the
 # --jobs report check and the naive-loop ratio on a 2k-row subset (data generated once, bench/.data/).

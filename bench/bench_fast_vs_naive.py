@@ -116,6 +116,19 @@ def fast_path(manifest: Path, model: str):
     return outcomes, done - loaded, loaded - start
 
 
+def _counted_token_id(model: str, processor) -> int:
+    """The id of the token vlmlint counts as an image's tokens: its expansion's repeated run (Llama 4's
+    <|patch|>, not the one <|image|> per image that processor.image_token_id names)."""
+    from vlmlint.models import Run, load_model
+
+    loaded = load_model(model)
+    count = loaded.family.count(448, 448, loaded.settings)
+    runs = [piece for piece in loaded.family.expand(count, loaded.settings) if isinstance(piece, Run)]
+    if not runs:
+        return processor.image_token_id
+    return processor.tokenizer.convert_tokens_to_ids(runs[0].token)
+
+
 def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[int, tuple], float]:
     """Per row: decode images (load_image semantics) and run the real processor, as a user would."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -125,6 +138,7 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        stubbed = built is not None
         if built is not None:  # a support-matrix folder: its processor, video/audio parts absent
             from fixtures.support import real_processor as support_processor
 
@@ -132,11 +146,13 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
         else:
             try:
                 processor = real_processor(model)
+                stubbed = False
             except (TypeError, AttributeError):  # audio/video parts required (Gemma 4, MiniCPM-V)
                 from fixtures.support import real_processor as support_processor
 
                 processor = support_processor(Path(model))
-    image_token_id = built.image_token_id if built is not None else processor.image_token_id
+                stubbed = True  # MiniCPM-V returns torch tensors unless told otherwise
+    image_token_id = built.image_token_id if built is not None else _counted_token_id(model, processor)
     results: dict[int, tuple] = {}
     start = time.perf_counter()
     for outcome in outcomes:
@@ -152,7 +168,9 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
                 text = outcome.result.sample.messages  # not reached for the benchmarked models
             # one row's images as one sample (a flat list is one image per sample for some processors)
             nested = [images] if built is not None and images else images or None
-            output = processor(text=[text], images=nested, **({"return_tensors": "np"} if built else {}))
+            output = processor(
+                text=[text], images=nested, **({"return_tensors": "np"} if built or stubbed else {})
+            )
             ids = list(output["input_ids"][0])
             results[sample.index] = (len(ids), sum(1 for t in ids if t == image_token_id))
         except Exception as exc:  # the processor refuses the row (e.g. aspect ratio > 200)
