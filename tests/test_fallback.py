@@ -126,7 +126,7 @@ def test_a_foreign_processor_class_never_takes_the_family_of_its_image_processor
 
 
 def test_an_image_processor_that_needs_torchvision_is_refused_with_that_reason(tmp_path):
-    folder = _folder(tmp_path, "Llama4Processor", "Llama4ImageProcessor")
+    folder = _folder(tmp_path, "Gemma4UnifiedProcessor", "Gemma4UnifiedImageProcessor")  # no family
     with pytest.raises(
         ModelError, match=r"its image_processor needs torchvision \(pip install torch torchvision\)"
     ):
