@@ -28,7 +28,17 @@ pytest.importorskip("torchvision")
 from vlmlint.models import load_model  # noqa: E402
 
 # Sides that hit the resize, tiling and rounding boundaries of most families, and odd aspect ratios.
-SIZES = [(1, 1), (7, 1000), (1000, 7), (224, 224), (336, 672), (480, 640), (1080, 1920), (2000, 300), (513, 511)]
+SIZES = [
+    (1, 1),
+    (7, 1000),
+    (1000, 7),
+    (224, 224),
+    (336, 672),
+    (480, 640),
+    (1080, 1920),
+    (2000, 300),
+    (513, 511),
+]
 REPORT: list[str] = []
 
 
@@ -91,11 +101,16 @@ def test_the_two_backends_agree(folder):
         image = Image.new("RGB", (width, height), (127, 64, 200))
         a, b = _run(folder, "pil", image), _run(folder, "torchvision", image)
         if a != b:
-            REPORT.append(f"| {folder.name} | {model.family.name} | {height}x{width} | {pil}: {a} | {fast}: {b} |")
+            REPORT.append(
+                f"| {folder.name} | {model.family.name} | {height}x{width} | {pil}: {a} | {fast}: {b} |"
+            )
 
 
 def pytest_terminal_summary_lines() -> list[str]:
-    head = ["| folder | family | image (h x w) | PIL backend | torchvision backend |", "|---|---|---|---|---|"]
+    head = [
+        "| folder | family | image (h x w) | PIL backend | torchvision backend |",
+        "|---|---|---|---|---|",
+    ]
     return head + REPORT
 
 
