@@ -172,20 +172,9 @@ def count(height: int, width: int, settings: ErnieSettings, images_in_row: int =
 
 def count_exact(image_processor: Any, images: list[Any], settings: ErnieSettings) -> list[ImageCount]:
     """Run the real image processor with the processor's images kwargs and read image_grid_thw."""
-    try:
-        output = image_processor(images=images, **settings.images_kwargs())
-    except ValueError as exc:
-        raise CountError(str(exc)) from None
-    counts = []
-    for grid in output["image_grid_thw"]:
-        grid_t, grid_h, grid_w = (int(v) for v in grid)
-        tokens = grid_t * grid_h * grid_w // settings.token_merge_size**2
-        counts.append(
-            ImageCount(
-                grid_h * settings.patch_size, grid_w * settings.patch_size, (grid_t, grid_h, grid_w), tokens
-            )
-        )
-    return counts
+    return qwen_vl.counts_from_grid_thw(
+        image_processor, images, settings.images_kwargs(), settings.patch_size, settings.token_merge_size
+    )
 
 
 def expand(count: ImageCount, settings: ErnieSettings) -> Expansion:

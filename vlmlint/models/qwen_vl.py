@@ -117,19 +117,23 @@ def count(height: int, width: int, settings: QwenSettings, images_in_row: int = 
 
 def count_exact(image_processor: Any, images: list[Any], settings: QwenSettings) -> list[ImageCount]:
     """Run the model's real image processor on the row's decoded images and read image_grid_thw."""
+    return counts_from_grid_thw(image_processor, images, {}, settings.patch_size, settings.merge_size)
+
+
+def counts_from_grid_thw(
+    image_processor: Any, images: list[Any], kwargs: dict[str, Any], patch_size: int, merge_size: int
+) -> list[ImageCount]:
+    """Run a Qwen-style image processor and read each image's count from its image_grid_thw (one token
+    per merge_size x merge_size patches); the families whose processors return that grid share it."""
     try:
-        output = image_processor(images=images)
+        output = image_processor(images=images, **kwargs)
     except ValueError as exc:
         raise CountError(str(exc)) from None
     counts = []
     for grid in output["image_grid_thw"]:
         grid_t, grid_h, grid_w = (int(v) for v in grid)
-        tokens = grid_t * grid_h * grid_w // settings.merge_size**2
-        counts.append(
-            ImageCount(
-                grid_h * settings.patch_size, grid_w * settings.patch_size, (grid_t, grid_h, grid_w), tokens
-            )
-        )
+        tokens = grid_t * grid_h * grid_w // merge_size**2
+        counts.append(ImageCount(grid_h * patch_size, grid_w * patch_size, (grid_t, grid_h, grid_w), tokens))
     return counts
 
 
