@@ -164,11 +164,33 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class VideoMeta:
+    """A video's facts from its container header (no frame is decoded), or from its frame list's images.
+
+    `frames` is how many frames a decoder yields (the stream's frame count where the container writes
+    one, else its video packets counted by demuxing, without decoding: `frames_from` says which), and
+    `header_frames` what the container's header says (0 in MKV/WebM: transformers' PyAV reader reads
+    that field). `rotation`: the display matrix's rotation in degrees (no video reader applies it).
+    """
+
+    frames: int
+    fps: float | None  # the stream's average frame rate; None for a frame list
+    duration: float | None  # seconds
+    width: int
+    height: int
+    rotation: int = 0
+    header_frames: int = 0
+    frames_from: str = "header"  # "header", "packets" (demuxed and counted) or "frame list"
+
+
+@dataclass(frozen=True)
 class MediaInfo:
     """What the engine learnt about one video or audio clip: whether it can be read (no frame is decoded).
 
     `error_code` as ImageInfo's: missing, unreadable, outside, remote. `frames`: the images of a
-    video given as a frame list.
+    video given as a frame list. `video`: the header facts of a readable video. `tokens`: the
+    placeholder tokens the model's processor gives the clip (None: not counted, VLM109), with
+    `sampled` frames after the sampler, and `counted_by` naming the family and sampling mode.
     """
 
     kind: str
@@ -176,6 +198,10 @@ class MediaInfo:
     error_code: ImageError | None = None
     error: str | None = None
     frames: int | None = None
+    video: VideoMeta | None = None
+    tokens: int | None = None
+    sampled: int | None = None
+    counted_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +224,7 @@ class RowResult:
     # --pipeline llamafactory|swift|trl: what that trainer does with the row (pipelines.TrainerFate);
     # None with the raw processor (hf).
     trainer: object | None = None
-    # The row's videos and audio clips: not counted, so seq_len and text_tokens are lower bounds.
+    # The row's videos and audio clips; one not counted (tokens None) makes seq_len a lower bound.
     media: tuple[MediaInfo, ...] = ()
 
     @property
@@ -208,7 +234,7 @@ class RowResult:
     @property
     def lengths_lower_bound(self) -> bool:
         """Whether the row's lengths leave out tokens vlmlint does not count (its videos, audio)."""
-        return bool(self.media)
+        return any(info.tokens is None for info in self.media)
 
 
 def evolve(record, **changes):
