@@ -277,6 +277,17 @@ def test_preprocess_size_matches_pil_resizes():
         )
 
 
+@pytest.mark.parametrize(
+    ("template", "qwen"),
+    [("qwen2_vl", True), ("qwen2_omni", True), ("qwen3_omni_nothink", True), ("llava", False)],
+)
+def test_the_qwen_pre_resize_follows_the_plugin(template, qwen):
+    """Qwen2OmniPlugin subclasses Qwen2VLPlugin without overriding _preprocess_image: the 28-pixel floor."""
+    pipeline = load_pipeline("llamafactory", {"template": template})
+    assert pipeline.resize(20, 6000) == preprocess_size(6000, 20, 768 * 768, 32 * 32, qwen)[::-1]
+    assert (pipeline.resize(20, 6000)[0] == 28) is qwen
+
+
 def test_options_are_validated():
     with pytest.raises(PipelineError, match="cutoff_len must be int"):
         load_pipeline("llamafactory", {"cutoff_len": "long"})
@@ -315,6 +326,10 @@ def test_default_templates_by_model():
     assert LlamaFactoryPipeline._default_template(_model("qwen3-vl")) == "qwen3_vl_nothink"
     assert LlamaFactoryPipeline._default_template(_model("llava-1.5-7b")) == "llava"
     assert LlamaFactoryPipeline._default_template(_model("llava-v1.6-mistral-7b")) == "llava_next_mistral"
+    assert LlamaFactoryPipeline._default_template(_model("qwen2.5-omni-7b")) == "qwen2_omni"
+    assert (
+        LlamaFactoryPipeline._default_template(_model("qwen3-omni-30b-a3b-instruct")) == "qwen3_omni_nothink"
+    )
 
 
 def test_image_placeholder_in_the_system_prompt_raises(tmp_path):

@@ -41,7 +41,20 @@ def _scanner(profile: str, pipeline: str, **options) -> Scanner:
     return Scanner(config, model=model)
 
 
-@pytest.mark.parametrize("profile", sorted(TEMPLATES))
+def _reproduced(profile: str) -> bool:
+    return TEMPLATES[profile][0] in llamafactory.TEMPLATES
+
+
+@pytest.mark.parametrize("profile", sorted(p for p in TEMPLATES if _reproduced(p)))
+def test_llamafactory_scans_with_the_template_it_reproduces(profile):
+    """The profile's default LLaMA-Factory template is the one its checkpoint registers."""
+    template, _ = TEMPLATES[profile]
+    scanner = _scanner(profile, "llamafactory")
+    assert scanner.pipeline.template.name == template
+    assert template not in llamafactory.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize("profile", sorted(p for p in TEMPLATES if not _reproduced(p)))
 def test_llamafactory_names_the_template_it_does_not_reproduce(profile):
     template, _ = TEMPLATES[profile]
     with pytest.raises(PipelineError) as raised:

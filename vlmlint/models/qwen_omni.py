@@ -201,10 +201,18 @@ def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | N
     return qwen_vl.shrink_hint(height, width, limit, settings)
 
 
+def trainer_template(pipeline: str, model: Any) -> str | None:
+    """LLaMA-Factory registers qwen3_omni_nothink for Qwen3-Omni Instruct and qwen2_omni for Qwen2.5-Omni."""
+    del pipeline
+    return "qwen3_omni_nothink" if model.processor_class == "Qwen3OmniMoeProcessor" else "qwen2_omni"
+
+
 FAMILY = Family.define(
     __name__, name="qwen_omni", title="Qwen2.5-Omni / Qwen3-Omni (images)",
     processor_classes=("Qwen2_5OmniProcessor", "Qwen3OmniMoeProcessor"),
     image_processor_types=image_processor_types("Qwen2VL"), placeholder=QWEN25_IMAGE,
     raw_image_prompt=f"{QWEN25_BOS}{QWEN25_IMAGE}{QWEN25_EOS}",
     marker_tokens=(QWEN25_BOS, QWEN25_EOS, QWEN25_IMAGE, "<|AUDIO|>", "<|VIDEO|>", "<|audio_bos|>", "<|audio_eos|>"),
+    trainer_templates={"llamafactory": ("qwen2_omni", "qwen3_omni_nothink")},
+    choose_trainer_template=trainer_template,
 )  # fmt: skip

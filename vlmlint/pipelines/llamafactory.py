@@ -69,7 +69,7 @@ class LfTemplate:
     system: tuple[str, ...] = ("{{content}}",)
     prefix: tuple[str, ...] = ()
     default_system: str = ""
-    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, llava, llava_next
+    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, llava, llava_next
     image_token: str = "<image>"
     vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
     vision_eos: str = ""
@@ -109,6 +109,27 @@ TEMPLATES: dict[str, LfTemplate] = {
             vision_eos="<|vision_end|>",
         ),
         LfTemplate(
+            "qwen2_omni",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            default_system="You are a helpful assistant.",
+            plugin="qwen2_omni",
+            image_token="<|IMAGE|>",
+            vision_bos="<|vision_bos|>",
+            vision_eos="<|vision_eos|>",
+        ),
+        LfTemplate(
+            "qwen3_omni_nothink",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            plugin="qwen2_omni",  # get_mm_plugin names no vision tokens: Qwen2VLPlugin's defaults
+            image_token="<|image_pad|>",
+            vision_bos="<|vision_start|>",
+            vision_eos="<|vision_end|>",
+        ),
+        LfTemplate(
             "llava",
             ("USER: {{content}} ASSISTANT:",),
             ("{{content}}", EOS),
@@ -134,6 +155,9 @@ TEMPLATES: dict[str, LfTemplate] = {
     )
 }
 
+
+# The plugins whose _preprocess_image is Qwen2VLPlugin's (the subclasses that do not override it).
+_QWEN2VL_PREPROCESS = frozenset({"qwen2_vl", "qwen3_vl", "qwen2_omni"})
 
 # LLaMA-Factory 0.9.5's other multimodal templates (data/template.py, their checkpoints in
 # extras/constants.py register_model_group): template -> (its mm_plugin class, what vlmlint would have to
@@ -161,12 +185,7 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
     "llama4": ("Llama4Plugin", "the Llama 4 header turns and the plugin's tile expansion"),
     "lfm2_vl": ("LFMVLPlugin", "the LFM2 turns and the plugin's tile and thumbnail expansion"),
     "ernie_vl": ("ErnieVLPlugin", "the ERNIE turns and the plugin's <|IMAGE_PLACEHOLDER|> expansion"),
-    "qwen2_omni": (
-        "Qwen2OmniPlugin",
-        "the plugin's <|vision_bos|> ... <|vision_eos|> expansion and its audio interleaving",
-    ),
     "qwen3_omni": ("Qwen2OmniPlugin", "a ReasoningTemplate and the Omni plugin's expansion"),
-    "qwen3_omni_nothink": ("Qwen2OmniPlugin", "the Omni plugin's expansion"),
     "intern_vl": ("InternVLPlugin", "the InternVL turns and the plugin's <img> ... </img> tile expansion"),
     "paligemma": ("PaliGemmaPlugin", "the plugin's image tokens before BOS and its token_type_ids"),
     "pixtral": ("PixtralPlugin", "the plugin's [IMG_BREAK] rows"),
@@ -174,8 +193,8 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
     "mllama": ("MllamaPlugin", "the Llama 3 header turns and the plugin's cross-attention image token"),
     "granite3_vision": ("LlavaNextPlugin", "the Granite 3 turns"),
 }
-# The template LLaMA-Factory 0.9.5 registers for a processor class's checkpoints (register_model_group),
-# for the processors no reproduced template covers: the first is the default.
+# The templates LLaMA-Factory 0.9.5 registers for a processor class's checkpoints (register_model_group),
+# the first the default: named in the refusal when vlmlint reproduces none for the model's family.
 REGISTERED: dict[str, tuple[str, ...]] = {
     "Gemma3Processor": ("gemma3",),
     "Gemma3nProcessor": ("gemma3n",),
@@ -201,6 +220,13 @@ def _not_reproduced(template: str) -> str:
     return (
         f"LLaMA-Factory {VERSION}'s template {template} ({plugin}) is not reproduced by vlmlint yet ({what}); "
         "scan without --pipeline for the processor's own counts"
+    )
+
+
+def _known_templates() -> str:
+    return ", ".join(
+        f"{name} ({', '.join(families_for_template(LlamaFactoryPipeline.name, name)) or 'no family'})"
+        for name in TEMPLATES
     )
 
 
@@ -324,8 +350,7 @@ class LlamaFactoryPipeline(Pipeline):
             raise PipelineError(
                 f"--pipeline llamafactory: no LLaMA-Factory template is reproduced for {family} models "
                 f"(the LLaMA-Factory {VERSION} templates vlmlint knows name none for {model.processor_class}); "
-                "vlmlint knows qwen2_vl and qwen3_vl_nothink (Qwen-VL), llava (LLaVA-1.5), llava_next and "
-                "llava_next_mistral (LLaVA-NeXT)"
+                f"vlmlint knows {_known_templates()}"
             )
         if self.template.name not in model.family.trainer_templates.get(self.name, ()):
             raise PipelineError(
@@ -365,7 +390,7 @@ class LlamaFactoryPipeline(Pipeline):
     # -- images -----------------------------------------------------------------------------------
 
     def resize(self, height: int, width: int) -> tuple[int, int]:
-        qwen = self.template is not None and self.template.plugin in ("qwen2_vl", "qwen3_vl")
+        qwen = self.template is not None and self.template.plugin in _QWEN2VL_PREPROCESS
         width, height = preprocess_size(width, height, self.max_pixels, self.min_pixels, qwen)
         return height, width
 
