@@ -171,6 +171,9 @@ class VideoMeta:
     one, else its video packets counted by demuxing, without decoding: `frames_from` says which), and
     `header_frames` what the container's header says (0 in MKV/WebM: transformers' PyAV reader reads
     that field). `rotation`: the display matrix's rotation in degrees (no video reader applies it).
+    `duration` is frames / fps (as transformers' read_video_pyav computes it); `stream_duration` what
+    the stream header says (stream.duration * time_base, which LLaMA-Factory samples with; None in
+    MKV/WebM and for a frame list).
     """
 
     frames: int
@@ -181,6 +184,7 @@ class VideoMeta:
     rotation: int = 0
     header_frames: int = 0
     frames_from: str = "header"  # "header", "packets" (demuxed and counted) or "frame list"
+    stream_duration: float | None = None  # seconds
 
 
 @dataclass(frozen=True)
