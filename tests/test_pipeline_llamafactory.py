@@ -96,7 +96,20 @@ def test_predictions_match_llamafactory(run, monkeypatch):
     assert got == [_expected(row) for row in run["rows"]]
 
 
-@pytest.mark.parametrize("run", RUNS[:3])
+def _run(dataset: str, model: str, options: dict):
+    return next(
+        param
+        for param in RUNS
+        if param.values[0]["dataset"] == dataset
+        and param.values[0]["model"] == model
+        and param.values[0]["options"] == options
+    )
+
+
+@pytest.mark.parametrize(
+    "run",
+    [*RUNS[:3], _run("thinking_demo", "glm-4.1v-9b-thinking", {}), _run("mllm_demo", "qwen2.5-omni-7b", {})],
+)
 def test_the_fast_path_never_changes_a_verdict(run):
     """With the bound on, rows it proves short are kept without a length; every other field agrees."""
     got = [_outcome(outcome) for outcome in _scan(run["dataset"], run["model"], run["options"])]
@@ -297,6 +310,10 @@ def test_options_are_validated():
         load_pipeline("llamafactory", {"image_max_pixels": 100, "image_min_pixels": 1000})
     with pytest.raises(PipelineError, match="not reproduced"):
         load_pipeline("llamafactory", {"template": "gemma3"})
+    with pytest.raises(PipelineError, match="enable_thinking must be bool"):
+        load_pipeline("llamafactory", {"enable_thinking": "maybe"})
+    with pytest.raises(PipelineError, match="glm4v does not support train_on_prompt"):
+        load_pipeline("llamafactory", {"template": "glm4v", "train_on_prompt": True})
     pipeline = load_pipeline("llamafactory", {"packing": True, "cutoff_len": 1024})
     assert pipeline.limit == 1023 and not pipeline.exif_transpose
 
@@ -330,6 +347,54 @@ def test_default_templates_by_model():
     assert (
         LlamaFactoryPipeline._default_template(_model("qwen3-omni-30b-a3b-instruct")) == "qwen3_omni_nothink"
     )
+    assert LlamaFactoryPipeline._default_template(_model("glm-4.1v-9b-thinking")) == "glm4v"
+    assert LlamaFactoryPipeline._default_template(_model("glm-4.6v")) == "glm4_5v"
+
+
+def test_train_on_prompt_is_refused_for_an_efficient_eos_template_chosen_by_model():
+    config = build_config(
+        str(DATA),
+        {},
+        {
+            "model": str(PROCESSORS / "glm-4.1v-9b-thinking"),
+            "pipeline": "llamafactory",
+            "pipeline_options": {"train_on_prompt": True},
+        },
+    )
+    with pytest.raises(PipelineError, match="glm4v does not support train_on_prompt"):
+        Scanner(config, model=_model("glm-4.1v-9b-thinking"))
+
+
+@pytest.mark.parametrize(("options", "status"), [({}, "kept"), ({"enable_thinking": False}, "crash")])
+def test_an_image_inside_a_removed_thought_block_is_a_crash(tmp_path, options, status):
+    """remove_thought cuts the image's tokens out of the answer; the collator still sends its features.
+
+    (Rendered raw: GLM-4.1V's own chat template drops the thought block too, which VLM301 reports.)"""
+    Image.new("RGB", (64, 64)).save(tmp_path / "a.png")
+    row = {
+        "messages": [
+            {"role": "user", "content": "Look."},
+            {"role": "assistant", "content": "<think>\n<image>\n</think>\n\nA square."},
+        ],
+        "images": ["a.png"],
+    }
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    config = build_config(
+        str(tmp_path / "d.jsonl"),
+        {},
+        {
+            "model": str(PROCESSORS / "glm-4.1v-9b-thinking"),
+            "pipeline": "llamafactory",
+            "pipeline_options": options,
+            "jobs": 1,
+            "use_chat_template": False,
+        },
+    )
+    (outcome,) = list(Scanner(config, model=_model("glm-4.1v-9b-thinking")).scan())
+    assert outcome.result.trainer.status == status
+    if status == "crash":
+        assert outcome.result.trainer.image_tokens_lost == outcome.result.images[0].tokens > 0
+        assert "remove_thought" in outcome.result.trainer.reason
 
 
 def test_image_placeholder_in_the_system_prompt_raises(tmp_path):

@@ -290,10 +290,23 @@ def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | N
     )
 
 
+def trainer_template(pipeline: str, model: Any) -> str | None:
+    """LLaMA-Factory registers its templates by checkpoint name: glm_ocr for GLM-OCR, glm4_5v for GLM-4.5V and
+    GLM-4.6V (Glm46VProcessor), glm4v for GLM-4.1V; glm4v and glm4_5v count the same (tool formats aside)."""
+    del pipeline
+    names = f"{model.checkpoint or ''} {model.name}".lower()
+    if "glm-ocr" in names or "glm_ocr" in names:
+        return "glm_ocr"
+    if model.processor_class == "Glm46VProcessor" or "4.5v" in names or "4.6v" in names:
+        return "glm4_5v"
+    return "glm4v"
+
+
 FAMILY = Family.define(
     __name__, name="glm4v", title="GLM-4.1V / GLM-4.5V / GLM-4.6V / GLM-OCR",
     processor_classes=("Glm4vProcessor", "Glm46VProcessor"),
     image_processor_types=image_processor_types("Glm4v") + image_processor_types("Glm46V"),
     placeholder=PLACEHOLDER, raw_image_prompt=f"{BEGIN_OF_IMAGE}{PLACEHOLDER}{END_OF_IMAGE}",
     marker_tokens=(BEGIN_OF_IMAGE, END_OF_IMAGE, PLACEHOLDER),
+    trainer_templates={"llamafactory": ("glm4v", "glm4_5v", "glm_ocr")}, choose_trainer_template=trainer_template,
 )  # fmt: skip

@@ -5,14 +5,24 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
 - image pre-resize, data/mm_plugin.py `MMPluginMixin._preprocess_image`: above `image_max_pixels`
   (default 768*768, hparams/model_args.py ProcessorArguments) scale both sides by
   sqrt(max / (w*h)) and truncate with int(); below `image_min_pixels` (32*32) scale up the same way.
-  `Qwen2VLPlugin._preprocess_image` then raises a side below 28 to 28, and cuts an aspect ratio above
-  200 to 180 (width = height * 180, or the reverse). Images are opened with a plain
+  `Qwen2VLPlugin._preprocess_image` (inherited by Qwen3VLPlugin, Qwen2OmniPlugin and GLM4VPlugin) then
+  raises a side below 28 to 28, and cuts an aspect ratio above 200 to 180 (width = height * 180, or
+  the reverse). Images are opened with a plain
   `PIL.Image.open` (`_regularize_images`): no EXIF orientation, so orientations 5-8 count unrotated;
 - the template, data/template.py: `Template._encode` encodes each turn on its own, and each of the
   turn's string slots with its own `tokenizer.encode(..., add_special_tokens=False)`; turn 0 carries
   the prefix and the system slot (the template's default_system when the row has none);
   `Llama2Template` (llava_next_mistral) puts the system text inside the first user slot;
-- the placeholder expansion, `process_messages` of Qwen2VLPlugin / LlavaPlugin / LlavaNextPlugin:
+  `ReasoningTemplate.encode_multiturn` (glm4v, glm4_5v) removes the answers' thought blocks
+  (`remove_thought`: all of them when enable_thinking is off, the earlier answers with mask_history
+  unless preserve_thinking) and, to each pair whose answer names neither thought word (the last pair
+  only with mask_history), adds the empty thought `add_thought()` encoded on its own: before the
+  answer (trained) with enable_thinking (DataArguments' default True), else after the prompt;
+  `efficient_eos` templates (the GLM ones) have no EOS in the assistant slot: supervised.py counts
+  one EOS id from the start, appends it to the row (trained) and trains an EOS label at the start of
+  each later prompt; get_template_and_fix_tokenizer refuses train_on_prompt with them;
+- the placeholder expansion, `process_messages` of Qwen2VLPlugin / Qwen2OmniPlugin / GLM4VPlugin /
+  LlavaPlugin / LlavaNextPlugin (GLM4VPlugin writes <|begin_of_image|> ... <|end_of_image|>):
   each "<image>" of the user and assistant turns (not the system prompt: `_validate_messages` counts
   only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
   transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
@@ -36,6 +46,7 @@ code run on the fixture rows (docs/pipelines.md).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -69,16 +80,41 @@ class LfTemplate:
     system: tuple[str, ...] = ("{{content}}",)
     prefix: tuple[str, ...] = ()
     default_system: str = ""
-    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, llava, llava_next
+    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, glm4v, llava, llava_next
     image_token: str = "<image>"
     vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
     vision_eos: str = ""
     fuse_system: bool = False  # Llama2Template: the system slot goes inside the first user slot
+    # ReasoningTemplate: encode_multiturn removes thought blocks (remove_thought) and adds the empty one
+    # (add_thought) to the answers that have none, as enable_thinking and preserve_thinking say.
+    reasoning: bool = False
+    thought_words: tuple[str, str] = ("<think>\n", "\n</think>\n\n")  # register_template's default
+    # efficient_eos: the assistant slot has no EOS; _encode_data_example appends one EOS id to the row
+    # (counted from the start against cutoff_len, and trained) and trains an EOS label at the start of
+    # each later prompt; train_on_prompt is refused.
+    efficient_eos: bool = False
+
+    @property
+    def empty_thought(self) -> str:
+        """Template.add_thought(): the text get_thought_word_ids encodes (one slot of its own)."""
+        return self.thought_words[0] + self.thought_words[1]
+
+    def has_thought(self, content: str) -> bool:
+        """encode_multiturn's test: either stripped thought word in the answer's content."""
+        return self.thought_words[0].strip() in content or self.thought_words[1].strip() in content
+
+    def remove_thought(self, content: str) -> str:
+        """Template.remove_thought: every thought block cut out, then leading newlines."""
+        begin, end = (re.escape(word) for word in self.thought_words)
+        return re.sub(f"{begin}(.*?){end}", "", content, flags=re.DOTALL).lstrip("\n")
 
 
 _CHATML_USER = ("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n",)
 _CHATML_ASSISTANT = ("{{content}}<|im_end|>\n",)
 _CHATML_SYSTEM = ("<|im_start|>system\n{{content}}<|im_end|>\n",)
+_GLM_USER = ("<|user|>\n{{content}}<|assistant|>",)
+_GLM_ASSISTANT = ("\n{{content}}",)
+_GLM_SYSTEM = ("<|system|>\n{{content}}",)
 _VICUNA_SYSTEM = (
     "A chat between a curious user and an artificial intelligence assistant. "
     "The assistant gives helpful, detailed, and polite answers to the user's questions."
@@ -129,6 +165,23 @@ TEMPLATES: dict[str, LfTemplate] = {
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
         ),
+        *(
+            LfTemplate(
+                name,
+                _GLM_USER,
+                _GLM_ASSISTANT,
+                _GLM_SYSTEM,
+                prefix=("[gMASK]<sop>",),
+                plugin="glm4v",
+                image_token="<|image|>",
+                vision_bos="<|begin_of_image|>",  # GLM4VPlugin.process_messages writes them itself
+                vision_eos="<|end_of_image|>",
+                reasoning=name != "glm_ocr",  # glm_ocr is a plain Template
+                efficient_eos=True,
+            )
+            # glm4v and glm4_5v differ in their tool formats only (tool turns are not counted)
+            for name in ("glm4v", "glm4_5v", "glm_ocr")
+        ),
         LfTemplate(
             "llava",
             ("USER: {{content}} ASSISTANT:",),
@@ -157,7 +210,7 @@ TEMPLATES: dict[str, LfTemplate] = {
 
 
 # The plugins whose _preprocess_image is Qwen2VLPlugin's (the subclasses that do not override it).
-_QWEN2VL_PREPROCESS = frozenset({"qwen2_vl", "qwen3_vl", "qwen2_omni"})
+_QWEN2VL_PREPROCESS = frozenset({"qwen2_vl", "qwen3_vl", "qwen2_omni", "glm4v"})
 
 # LLaMA-Factory 0.9.5's other multimodal templates (data/template.py, their checkpoints in
 # extras/constants.py register_model_group): template -> (its mm_plugin class, what vlmlint would have to
@@ -172,13 +225,6 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
         "after each prompt, replace_eos; and the plugin's <|image> ... <image|> expansion",
     ),
     "gemma4n": ("Gemma4Plugin", "as gemma4 (a ReasoningTemplate), with audio"),
-    "glm4v": (
-        "GLM4VPlugin",
-        "a ReasoningTemplate with the [gMASK]<sop> prefix and efficient_eos, and the "
-        "plugin's <|begin_of_image|> ... <|end_of_image|> expansion",
-    ),
-    "glm4_5v": ("GLM4VPlugin", "as glm4v"),
-    "glm_ocr": ("GLM4VPlugin", "the glm4v turns with the [gMASK]<sop> prefix and efficient_eos"),
     "minicpm_v": ("MiniCPMVPlugin", "the plugin's slice expansion and image ids"),
     "minicpm_v_4_6": ("MiniCPMV4_6Plugin", "the plugin's slice expansion and image ids"),
     "kimi_vl": ("KimiVLPlugin", "the Kimi-VL turns and the plugin's <|media_pad|> expansion"),
@@ -293,6 +339,8 @@ class LlamaFactoryPipeline(Pipeline):
         "template",
         "train_on_prompt",
         "mask_history",
+        "enable_thinking",
+        "preserve_thinking",
     )
     exif_transpose: ClassVar[bool] = False  # _regularize_images: Image.open, no exif_transpose
 
@@ -306,6 +354,9 @@ class LlamaFactoryPipeline(Pipeline):
         self.packing = _option(o, "packing", False, bool) or self.neat_packing
         self.train_on_prompt = _option(o, "train_on_prompt", False, bool)
         self.mask_history = _option(o, "mask_history", False, bool)
+        # DataArguments' defaults; get_template_and_fix_tokenizer sets them on a ReasoningTemplate only
+        self.enable_thinking = _option(o, "enable_thinking", True, bool)
+        self.preserve_thinking = _option(o, "preserve_thinking", False, bool)
         template = o.get("template")
         if template in NOT_REPRODUCED:
             raise PipelineError(f"--pipeline llamafactory: {_not_reproduced(template)}")
@@ -329,6 +380,8 @@ class LlamaFactoryPipeline(Pipeline):
         # DataArguments.__post_init__: `if self.packing: self.cutoff_len -= 1`.
         self.limit = self.cutoff_len - 1 if self.packing else self.cutoff_len
         self.template: LfTemplate | None = TEMPLATES.get(template) if template else None
+        if self.template is not None:
+            self._check_template(self.template)
         self._tokenizer: Any = None
         self._image_id: int | None = None
         self._special_ids: dict[str, int | None] = {}
@@ -352,6 +405,7 @@ class LlamaFactoryPipeline(Pipeline):
                 f"(the LLaMA-Factory {VERSION} templates vlmlint knows name none for {model.processor_class}); "
                 f"vlmlint knows {_known_templates()}"
             )
+        self._check_template(self.template)
         if self.template.name not in model.family.trainer_templates.get(self.name, ()):
             raise PipelineError(
                 f"--pipeline llamafactory: template {self.template.name} is for "
@@ -368,6 +422,13 @@ class LlamaFactoryPipeline(Pipeline):
                 f"token (template {self.template.name})"
             )
         self._special_ids = {BOS: tokenizer.bos_token_id, EOS: tokenizer.eos_token_id}
+
+    def _check_template(self, template: LfTemplate) -> None:
+        if self.train_on_prompt and template.efficient_eos:  # get_template_and_fix_tokenizer raises the same
+            raise PipelineError(
+                f"--pipeline llamafactory: template {template.name} does not support train_on_prompt "
+                "(efficient_eos): LLaMA-Factory raises ValueError"
+            )
 
     @staticmethod
     def _default_template(model: Model) -> str | None:
@@ -420,6 +481,17 @@ class LlamaFactoryPipeline(Pipeline):
             )
         counts = [count.tokens for count in row.counts]
         slots = self._slots(messages, system)
+        present = {image for elements in slots for _, images in elements for image in images}
+        removed = [image for image in range(len(counts)) if image not in present]
+        if removed:
+            return self._fate(
+                "crash",
+                image_tokens_lost=sum(counts[image] for image in removed),
+                reason=f"image {removed[0] + 1} sits inside a thought block of an answer, which "
+                f"{self.template.name}'s encode_multiturn removes (remove_thought), but every image still "
+                'goes to the model: "Image features and image tokens do not match"',
+                fix="move the <image> placeholder out of the <think> block",
+            )
         if self._surely_fits(slots, counts):
             return self._fate("kept", reason=f"at most {self.limit} tokens")
         turns = self._encode(slots, counts)
@@ -436,18 +508,17 @@ class LlamaFactoryPipeline(Pipeline):
         template = self.template
         assert template is not None
         system = system or template.default_system
+        contents = self._contents(messages)
+        thought_after, thought_before = self._thoughts(contents)
         turns = []
-        image = 0
-        for index, message in enumerate(messages):
-            content, images = [], []
-            for part in message.parts:
-                if part.is_image:
-                    content.append(f"{template.vision_bos}{template.image_token}{template.vision_eos}")
-                    images.append(image)
-                    image += 1
-                else:
-                    content.append(part.text)
-            text = "".join(content)
+        for index, (message, pieces) in enumerate(zip(messages, contents, strict=True)):
+            text = "".join(
+                piece
+                if isinstance(piece, str)
+                else f"{template.vision_bos}{template.image_token}{template.vision_eos}"
+                for piece in pieces
+            )
+            images = [piece for piece in pieces if not isinstance(piece, str)]
             elements: list[tuple[str, tuple[int, ...]]] = []
             system_text = ""
             if index == 0:
@@ -463,12 +534,66 @@ class LlamaFactoryPipeline(Pipeline):
             else:
                 slots = _apply(template.assistant, content=text)
             owner = tuple(images)
+            if index in thought_before:  # enable_thinking: the empty thought opens the (trained) answer
+                elements.append((template.empty_thought, ()))
             elements += [
                 (slot, owner if "{{content}}" in raw else ())
                 for slot, raw in zip(slots, _raw(template, message.role), strict=True)
             ]
+            if index in thought_after:  # else it closes the prompt (not trained)
+                elements.append((template.empty_thought, ()))
             turns.append(elements)
         return turns
+
+    def _contents(self, messages: tuple[Message, ...]) -> list[list[str | int]]:
+        """Each message's content as encode_multiturn encodes it: text pieces and image indices.
+
+        ReasoningTemplate.encode_multiturn removes the thought blocks of every answer when
+        enable_thinking is off, and of the earlier answers with mask_history (unless preserve_thinking).
+        """
+        template = self.template
+        assert template is not None
+        contents: list[list[str | int]] = []
+        image = 0
+        for message in messages:
+            pieces: list[str | int] = []
+            for part in message.parts:
+                if part.is_image:
+                    pieces.append(image)
+                    image += 1
+                else:
+                    pieces.append(part.text)
+            contents.append(pieces)
+        if not template.reasoning:
+            return contents
+        discarding = self.mask_history and not self.preserve_thinking
+        for index in range(1, len(contents), 2):
+            if not self.enable_thinking or (discarding and index < len(contents) - 2):
+                contents[index] = _without_thought(template, contents[index])
+        return contents
+
+    def _thoughts(self, contents: list[list[str | int]]) -> tuple[set[int], set[int]]:
+        """Where encode_multiturn adds the empty thought: (prompts it closes, answers it opens).
+
+        To each pair whose answer names neither thought word (with mask_history and not
+        preserve_thinking, the last pair only): the answer with enable_thinking, else the prompt.
+        """
+        template = self.template
+        assert template is not None
+        if not template.reasoning or not contents:
+            return set(), set()
+        if self.mask_history and not self.preserve_thinking:
+            pairs: range | list[int] = [len(contents) - 2]
+        else:
+            pairs = range(0, len(contents), 2)
+        bare = [
+            i
+            for i in pairs
+            if not template.has_thought("".join(p for p in contents[i + 1] if isinstance(p, str)))
+        ]
+        if self.enable_thinking:
+            return set(), {i + 1 for i in bare}
+        return set(bare), set()
 
     def _surely_fits(self, turns: list[list[tuple[str, tuple[int, ...]]]], counts: list[int]) -> bool:
         """True when the row cannot reach the limit, without tokenizing.
@@ -481,7 +606,7 @@ class LlamaFactoryPipeline(Pipeline):
         the one written. If that total is within the limit, infer_seqlen keeps every pair whole (it
         cuts only when source + target exceed what is left), so the row is kept.
         """
-        bound = sum(counts) - len(counts)
+        bound = sum(counts) - len(counts) + self.template.efficient_eos
         for elements in turns:
             for text, _ in elements:
                 if isinstance(text, _Mark):
@@ -529,13 +654,17 @@ class LlamaFactoryPipeline(Pipeline):
         pairs = [(turns[i], turns[i + 1]) for i in range(0, len(turns), 2)]
         if self.mask_history:
             pairs = pairs[::-1]  # high priority for last turns
-        total = 0
-        full = sum(turn.length for turn in turns)
+        eos = int(self.template.efficient_eos)  # the EOS id appended to the row, counted from the start
+        total = eos
+        full = sum(turn.length for turn in turns) + eos
         answer_lost = 0
         cut: dict[int, int] = {}  # image -> tokens cut
         for turn_idx, (source, target) in enumerate(pairs):
             if total >= self.limit:
                 kept_source = kept_target = 0
+                # efficient_eos: a later prompt's label starts with the EOS id, lost with the pair
+                if eos and turn_idx != 0:
+                    answer_lost += 1
             else:
                 kept_source, kept_target = infer_seqlen(source.length, target.length, self.limit - total)
                 total += kept_source + kept_target
@@ -589,6 +718,14 @@ def _apply(slots: tuple[str, ...], **values: str) -> list[str]:
                 slot = slot.replace("{{" + name + "}}", value, 1)
         applied.append(slot)
     return applied
+
+
+def _without_thought(template: LfTemplate, pieces: list[str | int]) -> list[str | int]:
+    """remove_thought on a content whose images are marked (NUL, index, NUL): an image inside a removed
+    block disappears from the text, as it does from LLaMA-Factory's expanded content."""
+    text = "".join(piece if isinstance(piece, str) else f"\0{piece}\0" for piece in pieces)
+    split = re.split("\0([0-9]+)\0", template.remove_thought(text))
+    return [chunk if position % 2 == 0 else int(chunk) for position, chunk in enumerate(split) if chunk]
 
 
 def _raw(template: LfTemplate, role: Role) -> tuple[str, ...]:
