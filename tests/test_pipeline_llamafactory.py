@@ -29,6 +29,7 @@ from vlmlint.pipelines import PipelineError, load_pipeline
 from vlmlint.pipelines.llamafactory import LlamaFactoryPipeline, infer_seqlen, preprocess_size
 from vlmlint.readers import DatasetError, iter_samples
 from vlmlint.readers.llamafactory import DatasetAttr
+from vlmlint.records import ImageError
 
 LF = FIXTURES / "llamafactory"
 DATA = LF / "data"
@@ -57,8 +58,11 @@ def _scan(dataset: str, model: str, options: dict, **flags) -> list:
 
 
 def _outcome(outcome) -> dict:
-    """vlmlint's prediction in expected.json's terms; a row VLM101 says LLaMA-Factory skips is dropped."""
+    """vlmlint's prediction in expected.json's terms; a row VLM101 says LLaMA-Factory skips is dropped,
+    and a row with an image the model's processor rejects (VLM203) raises in LLaMA-Factory too."""
     fate = outcome.result.trainer
+    if fate is None and any(image.error_code is ImageError.REJECTED for image in outcome.result.images):
+        return {"status": "raise"}
     if fate is None:
         skipped = [p for p in outcome.result.sample.problems if "LLaMA-Factory skips the row" in p.message]
         assert skipped, (
@@ -292,10 +296,18 @@ def test_preprocess_size_matches_pil_resizes():
 
 @pytest.mark.parametrize(
     ("template", "qwen"),
-    [("qwen2_vl", True), ("qwen2_omni", True), ("qwen3_omni_nothink", True), ("llava", False)],
+    [
+        ("qwen2_vl", True),
+        ("qwen2_omni", True),
+        ("qwen3_omni_nothink", True),
+        ("glm4v", True),
+        ("ernie_vl", False),
+        ("llava", False),
+    ],
 )
 def test_the_qwen_pre_resize_follows_the_plugin(template, qwen):
-    """Qwen2OmniPlugin subclasses Qwen2VLPlugin without overriding _preprocess_image: the 28-pixel floor."""
+    """Qwen2OmniPlugin and GLM4VPlugin subclass Qwen2VLPlugin without overriding _preprocess_image: the
+    28-pixel floor. ErnieVLPlugin is a BasePlugin: the 6000x20 banner stays, and ERNIE's processor rejects it."""
     pipeline = load_pipeline("llamafactory", {"template": template})
     assert pipeline.resize(20, 6000) == preprocess_size(6000, 20, 768 * 768, 32 * 32, qwen)[::-1]
     assert (pipeline.resize(20, 6000)[0] == 28) is qwen
@@ -349,6 +361,7 @@ def test_default_templates_by_model():
     )
     assert LlamaFactoryPipeline._default_template(_model("glm-4.1v-9b-thinking")) == "glm4v"
     assert LlamaFactoryPipeline._default_template(_model("glm-4.6v")) == "glm4_5v"
+    assert LlamaFactoryPipeline._default_template(_model("ernie-4.5-vl-28b-a3b")) == "ernie_vl"
 
 
 def test_train_on_prompt_is_refused_for_an_efficient_eos_template_chosen_by_model():

@@ -202,4 +202,5 @@ FAMILY = Family.define(
     __name__, name="ernie_vl", title="ERNIE 4.5 VL", processor_classes=("Ernie4_5_VLMoeProcessor",),
     image_processor_types=image_processor_types("Ernie4_5_VLMoe"), placeholder=PLACEHOLDER,
     raw_image_prompt=f"{IMAGE_START}{PLACEHOLDER}{IMAGE_END}", marker_tokens=(IMAGE_START, IMAGE_END, PLACEHOLDER),
+    trainer_templates={"llamafactory": ("ernie_vl",)},
 )  # fmt: skip

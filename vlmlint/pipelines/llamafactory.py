@@ -13,7 +13,7 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   turn's string slots with its own `tokenizer.encode(..., add_special_tokens=False)`; turn 0 carries
   the prefix and the system slot (the template's default_system when the row has none);
   `Llama2Template` (llava_next_mistral) puts the system text inside the first user slot;
-  `ReasoningTemplate.encode_multiturn` (glm4v, glm4_5v) removes the answers' thought blocks
+  `ReasoningTemplate.encode_multiturn` (glm4v, glm4_5v, ernie_vl) removes the answers' thought blocks
   (`remove_thought`: all of them when enable_thinking is off, the earlier answers with mask_history
   unless preserve_thinking) and, to each pair whose answer names neither thought word (the last pair
   only with mask_history), adds the empty thought `add_thought()` encoded on its own: before the
@@ -22,7 +22,9 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   one EOS id from the start, appends it to the row (trained) and trains an EOS label at the start of
   each later prompt; get_template_and_fix_tokenizer refuses train_on_prompt with them;
 - the placeholder expansion, `process_messages` of Qwen2VLPlugin / Qwen2OmniPlugin / GLM4VPlugin /
-  LlavaPlugin / LlavaNextPlugin (GLM4VPlugin writes <|begin_of_image|> ... <|end_of_image|>):
+  ErnieVLPlugin / LlavaPlugin / LlavaNextPlugin (GLM4VPlugin writes <|begin_of_image|> ...
+  <|end_of_image|>, ErnieVLPlugin "Picture {n}:<|IMAGE_START|> ... <|IMAGE_END|>", n counting the
+  row's images from 1):
   each "<image>" of the user and assistant turns (not the system prompt: `_validate_messages` counts
   only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
   transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
@@ -80,10 +82,11 @@ class LfTemplate:
     system: tuple[str, ...] = ("{{content}}",)
     prefix: tuple[str, ...] = ()
     default_system: str = ""
-    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, glm4v, llava, llava_next
+    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, glm4v, ernie_vl, llava, llava_next
     image_token: str = "<image>"
     vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
     vision_eos: str = ""
+    image_label: str = ""  # ErnieVLPlugin writes "Picture {number}:" before each image (1-based, in the row)
     fuse_system: bool = False  # Llama2Template: the system slot goes inside the first user slot
     # ReasoningTemplate: encode_multiturn removes thought blocks (remove_thought) and adds the empty one
     # (add_thought) to the answers that have none, as enable_thinking and preserve_thinking say.
@@ -93,6 +96,11 @@ class LfTemplate:
     # (counted from the start against cutoff_len, and trained) and trains an EOS label at the start of
     # each later prompt; train_on_prompt is refused.
     efficient_eos: bool = False
+
+    def image_text(self, image: int) -> str:
+        """What process_messages writes for the row's image `image`, its image token once."""
+        label = self.image_label.replace("{number}", str(image + 1))
+        return f"{label}{self.vision_bos}{self.image_token}{self.vision_eos}"
 
     @property
     def empty_thought(self) -> str:
@@ -183,6 +191,18 @@ TEMPLATES: dict[str, LfTemplate] = {
             for name in ("glm4v", "glm4_5v", "glm_ocr")
         ),
         LfTemplate(
+            "ernie_vl",
+            ("User: {{content}}",),
+            ("\nAssistant: {{content}}<|end_of_sentence|>",),
+            ("{{content}}\n",),
+            plugin="ernie_vl",
+            image_token="<|IMAGE_PLACEHOLDER|>",
+            vision_bos="<|IMAGE_START|>",
+            vision_eos="<|IMAGE_END|>",
+            image_label="Picture {number}:",
+            reasoning=True,
+        ),
+        LfTemplate(
             "llava",
             ("USER: {{content}} ASSISTANT:",),
             ("{{content}}", EOS),
@@ -230,7 +250,6 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
     "kimi_vl": ("KimiVLPlugin", "the Kimi-VL turns and the plugin's <|media_pad|> expansion"),
     "llama4": ("Llama4Plugin", "the Llama 4 header turns and the plugin's tile expansion"),
     "lfm2_vl": ("LFMVLPlugin", "the LFM2 turns and the plugin's tile and thumbnail expansion"),
-    "ernie_vl": ("ErnieVLPlugin", "the ERNIE turns and the plugin's <|IMAGE_PLACEHOLDER|> expansion"),
     "qwen3_omni": ("Qwen2OmniPlugin", "a ReasoningTemplate and the Omni plugin's expansion"),
     "intern_vl": ("InternVLPlugin", "the InternVL turns and the plugin's <img> ... </img> tile expansion"),
     "paligemma": ("PaliGemmaPlugin", "the plugin's image tokens before BOS and its token_type_ids"),
@@ -513,10 +532,7 @@ class LlamaFactoryPipeline(Pipeline):
         turns = []
         for index, (message, pieces) in enumerate(zip(messages, contents, strict=True)):
             text = "".join(
-                piece
-                if isinstance(piece, str)
-                else f"{template.vision_bos}{template.image_token}{template.vision_eos}"
-                for piece in pieces
+                piece if isinstance(piece, str) else template.image_text(piece) for piece in pieces
             )
             images = [piece for piece in pieces if not isinstance(piece, str)]
             elements: list[tuple[str, tuple[int, ...]]] = []
