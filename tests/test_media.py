@@ -24,7 +24,7 @@ from vlmlint.readers import iter_samples
 from vlmlint.readers.layouts import ImageResolver, row_to_sample, split_placeholders
 from vlmlint.records import MediaRef, Part
 from vlmlint.report import row_record
-from vlmlint.template_cache import conversation_for_template
+from vlmlint.template_cache import conversation_for_template, without_media
 
 MEDIA = DATASETS / "media"
 MODEL = str(PROCESSORS / "qwen2-vl-small")
@@ -193,29 +193,56 @@ def _has_media(sample) -> bool:
     return bool(sample.media) or any(part.media for message in sample.messages for part in message.parts)
 
 
-def test_no_video_or_audio_row_passes_without_a_finding(scanner):
-    rows = 0
+def test_no_video_or_audio_row_passes_without_a_count_or_a_finding(scanner):
+    rows = counted = 0
     for outcome in scanner.scan_samples(iter_samples(str(MEDIA))):
-        sample = outcome.result.sample
+        result = outcome.result
+        sample = result.sample
         if not _has_media(sample):
             continue
         rows += 1
         codes = {finding.code for finding in outcome.findings}
+        if result.seq_len is not None and result.media and not result.lengths_lower_bound:
+            counted += 1  # every clip counted (videos: Qwen2-VL's video processor), in seq_len
+            assert all(info.kind == "video" and info.tokens > 0 for info in result.media), sample.location
+            media_tokens = sum(info.tokens for info in result.media)
+            assert result.seq_len == result.text_tokens + sum(result.image_tokens) + media_tokens
+            assert "VLM109" not in codes
+            continue
         assert codes, sample.location
-        if sample.media:
-            assert "VLM109" in codes and outcome.result.lengths_lower_bound, sample.location
+        if any(info.tokens is None for info in result.media):
+            assert "VLM109" in codes and result.lengths_lower_bound, sample.location
     assert rows == 33  # every row of the media fixture but its one image-only row
+    assert counted == 13
 
 
 def test_media_are_left_out_of_the_rendered_text(scanner):
     sample = _sample({"messages": _turns("Look: <video> and tell."), "videos": ["a.mp4"]})
     plain = _sample({"messages": _turns("Look:  and tell.")})
     assert scanner.render(sample.messages) == scanner.render(plain.messages)
-    assert conversation_for_template(sample.messages) == conversation_for_template(plain.messages)
+    # what the template is given: video parts left out where videos are not counted, in place where they are
+    assert conversation_for_template(without_media(sample.messages)) == conversation_for_template(
+        plain.messages
+    )
+    assert {"type": "video"} in conversation_for_template(sample.messages)[0]["content"]
 
 
-def test_llamafactory_demos_get_vlm109_on_every_row_and_exit_0_at_the_default_fail_level():
-    for name in ("mllm_video_demo", "mllm_audio_demo", "mllm_video_audio_demo"):
+def test_llamafactory_video_demo_is_counted():
+    result = runner.invoke(
+        app,
+        ["scan", str(MEDIA), "--dataset", "mllm_video_demo", "--model", MODEL, "-f", "json", "--verify", "0"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert (
+        report["findings"] == []
+        and "media_not_counted" not in report["summary"]
+        or (report["summary"]["media_not_counted"]["rows"] == 0)
+    )
+
+
+def test_llamafactory_audio_demos_get_vlm109_on_every_row_and_exit_0_at_the_default_fail_level():
+    for name in ("mllm_audio_demo", "mllm_video_audio_demo"):
         result = runner.invoke(
             app, ["scan", str(MEDIA), "--dataset", name, "--model", MODEL, "-f", "json", "--verify", "0"]
         )
@@ -252,11 +279,12 @@ def test_llamafactory_pipeline_on_the_video_demo():
 def test_broken_media_rows_exit_1_and_the_summary_says_so():
     result = runner.invoke(app, ["scan", str(MEDIA / "broken.jsonl"), "--model", MODEL, "--verify", "0"])
     assert result.exit_code == 1, result.output
-    assert "media not counted: 9 row(s) hold 8 videos and 1 audio clip" in " ".join(result.output.split())
+    # (the two rows whose one readable video has two or no placeholder are counted, and refused: VLM301)
+    assert "media not counted: 7 row(s) hold 6 videos and 1 audio clip" in " ".join(result.output.split())
     report = json.loads(
         runner.invoke(app, ["scan", str(MEDIA / "broken.jsonl"), "--model", MODEL, "-f", "json"]).output
     )
-    assert report["summary"]["media_not_counted"] == {"rows": 9, "videos": 8, "audios": 1}
+    assert report["summary"]["media_not_counted"] == {"rows": 7, "videos": 6, "audios": 1}
     for code in ("VLM103", "VLM104", "VLM105", "VLM201", "VLM301", "VLM109"):
         assert report["summary"]["by_code"].get(code), code
 
@@ -270,15 +298,17 @@ def test_each_broken_clip_alone_exits_1(case, tmp_path):
     (tmp_path / "one.jsonl").write_text(row + "\n")
     result = runner.invoke(app, ["scan", str(tmp_path / "one.jsonl"), "--model", MODEL, "-f", "json"])
     assert result.exit_code == 1, result.output
-    assert "VLM109" in {f["code"] for f in json.loads(result.output)["findings"]}
+    codes = {f["code"] for f in json.loads(result.output)["findings"]}
+    # the video of the two-placeholder row is readable and counted; its placeholders are the error
+    assert ("VLM301" if case == "two <video> for one video" else "VLM109") in codes
 
 
 def test_a_lower_bound_is_never_said_to_fit(tmp_path):
     shutil.copytree(MEDIA / "mllm_demo_data", tmp_path / "mllm_demo_data")
     words = "lorem " * 150
-    rows = [
-        {"messages": _turns(f"<video>{words}"), "videos": ["mllm_demo_data/1.mp4"]},
-        {"messages": _turns("<video>" + "lorem " * 90), "videos": ["mllm_demo_data/1.mp4"]},
+    rows = [  # audio: not counted, so the lengths are lower bounds
+        {"messages": _turns(f"<audio>{words}"), "audios": ["mllm_demo_data/1.mp3"]},
+        {"messages": _turns("<audio>" + "lorem " * 90), "audios": ["mllm_demo_data/1.mp3"]},
     ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     scanner = Scanner(ScanConfig(dataset=str(tmp_path / "rows.jsonl"), model=MODEL, max_length=300, jobs=1))
@@ -292,14 +322,24 @@ def test_a_lower_bound_is_never_said_to_fit(tmp_path):
     assert near and "may not fit at all" in near[0].message
 
 
-def test_stats_say_lengths_are_lower_bounds():
+def test_stats_say_lengths_are_lower_bounds(tmp_path):
     from vlmlint.stats import collect
 
-    scanner = Scanner(ScanConfig(dataset=str(MEDIA / "frames.jsonl"), model=MODEL, jobs=1))
-    stats = collect(scanner, scanner.scan(), str(MEDIA / "frames.jsonl"))
-    assert stats.rows_lower_bound == 3 and stats.to_dict()["rows_lower_bound"] == 3
-    result = runner.invoke(app, ["stats", str(MEDIA / "frames.jsonl"), "--model", MODEL])
-    assert "3 counted row(s) hold video or audio" in " ".join(result.output.split())
+    shutil.copytree(MEDIA / "mllm_demo_data", tmp_path / "mllm_demo_data")
+    rows = [  # two audio rows (not counted: lower bounds) and a counted video row
+        {"messages": _turns("<audio>Transcribe."), "audios": ["mllm_demo_data/1.mp3"]},
+        {"messages": _turns("<audio>Transcribe."), "audios": ["mllm_demo_data/2.wav"]},
+        {"messages": _turns("<video>Describe."), "videos": ["mllm_demo_data/1.mp4"]},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scanner = Scanner(ScanConfig(dataset=str(path), model=MODEL, jobs=1))
+    stats = collect(scanner, scanner.scan(), str(path))
+    assert stats.rows_lower_bound == 2 and stats.to_dict()["rows_lower_bound"] == 2
+    result = runner.invoke(app, ["stats", str(path), "--model", MODEL])
+    assert "2 counted row(s) hold video or audio that vlmlint does not count" in " ".join(
+        result.output.split()
+    )
 
 
 def test_two_workers_give_the_same_media_findings_as_one_process(tmp_path):

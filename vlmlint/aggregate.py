@@ -69,11 +69,12 @@ class Summary:
         if result.seq_len is not None:
             self.seq_lens.append(result.seq_len)
         self.image_tokens.extend(t for t in result.image_tokens if t is not None)
-        if result.media:
+        uncounted = [info for info in result.media if info.tokens is None]
+        if uncounted:  # the media vlmlint could not count (VLM109)
             self.media_rows += 1
-            videos = sum(info.kind == "video" for info in result.media)
+            videos = sum(info.kind == "video" for info in uncounted)
             self.videos += videos
-            self.audios += len(result.media) - videos
+            self.audios += len(uncounted) - videos
         if outcome.findings:
             self.samples_with_findings += 1
             if len(self.flagged) < self.keep_rows:

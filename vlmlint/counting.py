@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from vlmlint.models import ImageCount, Model, Run
-from vlmlint.models.base import compose_default
+from vlmlint.models.base import Segment, VideoCount, compose_default
 from vlmlint.records import Message, Sample
 from vlmlint.template_cache import render_conversation, without_media
 
@@ -23,10 +23,12 @@ Span = tuple[int, int]
 
 @dataclass(frozen=True)
 class CountedRow:
-    """One row the processor counts: its sample and each image's count, in order (a pipeline's input)."""
+    """One row the processor counts: its sample and each image's count, in order (a pipeline's input);
+    `videos`: each video's count where the row's videos are counted (rendered and expanded too)."""
 
     sample: Sample
     counts: tuple[ImageCount, ...]
+    videos: tuple[VideoCount, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ def _added_special(tokenizer: Any) -> tuple[int, int]:
     return 0, 0
 
 
+_VIDEO = frozenset({"video"})
+
+
 class TextEncoder:
     """One model's render -> compose -> tokenize; `template` None: the raw turns joined."""
 
@@ -57,16 +62,20 @@ class TextEncoder:
         self.add_generation_prompt = add_generation_prompt
         self._shape_cache = None  # built on the first render (template_cache.ShapeCache)
 
-    def render(self, messages: tuple[Message, ...]) -> str:
+    def render(self, messages: tuple[Message, ...], videos: bool = False) -> str:
         """The text the processor tokenizes: the chat template's output, or the raw turns joined.
 
-        Video and audio parts are not rendered (not counted yet: the row's lengths are lower bounds).
+        Audio parts are not rendered, nor video parts unless `videos` (the row's videos are counted):
+        a row's lengths are then lower bounds.
         """
-        messages = without_media(messages)
+        messages = without_media(messages, _VIDEO if videos else frozenset())
         if self.template is None:
             turns = (
                 "".join(
-                    self.family.raw_image_prompt if part.is_image else part.text for part in message.parts
+                    self.family.raw_image_prompt
+                    if part.is_image
+                    else (self.family.raw_video_prompt if part.media else part.text)
+                    for part in message.parts
                 )
                 for message in messages
             )
@@ -91,19 +100,42 @@ class TextEncoder:
         if self.template is None:
             text = self.render(messages) if messages else ""
             return text + "\n" if generation_prompt and messages else text
-        return render_conversation(
-            self.template, messages, generation_prompt, self.model.tokenizer.special_tokens_map
+        return render_conversation(  # trainers' video sampling is not reproduced: no video part
+            self.template, without_media(messages), generation_prompt, self.model.tokenizer.special_tokens_map
         )
 
-    def compose(self, rendered: str, counts: Any, settings: Any = None) -> tuple[str, int]:
+    def compose(
+        self, rendered: str, counts: Any, settings: Any = None, videos: tuple[VideoCount, ...] = ()
+    ) -> tuple[str, int]:
         """The processor's text with every run of one special token written once, and the ids saved.
 
         `settings`: other image settings than the model's (vlmlint stats tries image-size knobs).
+        `videos`: the row's video counts, whose placeholders are expanded too.
         """
-        text, saved, _ = self._compose(rendered, counts, settings)
+        text, saved, _ = self._compose(rendered, counts, settings, videos)
         return text, saved
 
-    def _compose(self, rendered: str, counts: Any, settings: Any = None) -> tuple[str, int, list[_RunAt]]:
+    def _video_segments(self, segments: list[Segment], videos: tuple[VideoCount, ...]) -> list[Segment]:
+        """Each video placeholder of the text segments replaced by its video's expansion, in order."""
+        placeholder = self.family.video_placeholder
+        expand = self.family.expand_video
+        assert placeholder and expand is not None
+        expansions = iter(expand(video, self.model.video_settings) for video in videos)
+        out: list[Segment] = []
+        for segment in segments:
+            if isinstance(segment, Run) or placeholder not in segment:
+                out.append(segment)
+                continue
+            pieces = segment.split(placeholder)
+            out.append(pieces[0])
+            for piece in pieces[1:]:
+                out.extend(next(expansions))
+                out.append(piece)
+        return out
+
+    def _compose(
+        self, rendered: str, counts: Any, settings: Any = None, videos: tuple[VideoCount, ...] = ()
+    ) -> tuple[str, int, list[_RunAt]]:
         """compose(), also saying where each image's runs sit in the text (for image spans)."""
         settings = self.model.settings if settings is None else settings
         expansions = [self.family.expand(count, settings) for count in counts]
@@ -113,6 +145,8 @@ class TextEncoder:
             segments = [rendered]
         else:
             segments = compose_default(rendered, self.family.placeholder, expansions)
+        if videos:
+            segments = self._video_segments(segments, videos)
         # The runs of each image, in order: composition keeps image i's runs before image i+1's.
         expected = [
             (i, seg)
@@ -124,12 +158,14 @@ class TextEncoder:
         runs: list[_RunAt] = []
         saved = 0
         length = 0
+        matched = 0  # image runs matched so far (video runs are not images')
         for segment in segments:
             if isinstance(segment, Run):
                 if segment.count:
                     image = None
-                    if len(runs) < len(expected) and expected[len(runs)][1] == segment:
-                        image = expected[len(runs)][0]
+                    if matched < len(expected) and expected[matched][1] == segment:
+                        image = expected[matched][0]
+                        matched += 1
                     runs.append(_RunAt(image, length, segment.count))
                     pieces.append(segment.token)
                     length += len(segment.token)
@@ -141,8 +177,8 @@ class TextEncoder:
 
     def image_spans(self, row: CountedRow) -> tuple[Span, ...] | None:
         """Each image's [first, last + 1) token positions in input_ids (from its first to last run)."""
-        rendered = self.render(row.sample.messages)
-        text, _, runs = self._compose(rendered, row.counts)
+        rendered = self.render(row.sample.messages, videos=bool(row.videos))
+        text, _, runs = self._compose(rendered, row.counts, videos=row.videos)
         encoding = self.model.tokenizer(
             text, add_special_tokens=self.family.add_special_tokens, return_offsets_mapping=True
         )

@@ -23,6 +23,7 @@ from vlmlint.config import ScanConfig
 from vlmlint.counting import CountedRow, TextEncoder
 from vlmlint.images import ImageProblem, decode_image, fetch, read_header
 from vlmlint.models import CountError, ImageCount, Model, load_model
+from vlmlint.models.base import VideoCount
 from vlmlint.models.registry import MARKER_TOKENS
 from vlmlint.records import (
     IMAGE_PLACEHOLDER,
@@ -69,7 +70,8 @@ class _Prepared:
     # The real-processor fallback's whole-row count: the length of its input_ids, and image spans.
     fixed_length: int | None = None
     fixed_spans: tuple[tuple[int, int], ...] | None = None
-    media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, not counted
+    media: tuple[MediaInfo, ...] = ()  # videos and audio clips: checked, videos counted where the family can
+    videos: list[VideoCount] = field(default_factory=list)  # the row's video counts (all its videos, or none)
 
 
 # What a file's header tells of an image (images.read_header), as ImageInfo keeps it.
@@ -77,7 +79,7 @@ _HEADER_FACTS = ("width", "height", "format", "mode", "orientation", "animated",
 
 
 def _counted(prepared: _Prepared) -> CountedRow:
-    return CountedRow(prepared.sample, tuple(prepared.counts))
+    return CountedRow(prepared.sample, tuple(prepared.counts), tuple(prepared.videos))
 
 
 def _special_tokens(tokenizer: Any) -> frozenset[str]:
@@ -234,6 +236,13 @@ class Scanner:
         # The trainer's preprocessing (--pipeline): its image pre-resize and its fate for each row.
         self.pipeline = load_pipeline(config.pipeline, config.pipeline_options)
         self.pipeline.bind(self.model)
+        # Why rows' videos are not counted (None: the family's formula counts them as the pipeline samples).
+        self.video_refusal = self.model.video_refusal
+        if self.video_refusal is None and self.pipeline.video_sampling is None:
+            self.video_refusal = (
+                f"--pipeline {config.pipeline}: the trainer's video sampling is not reproduced yet"
+            )
+        self.context = replace(self.context, video_refusal=self.video_refusal)
         self._fast_lengths: Any = length_counter  # False: _fast_lengths(...) on first use (a counter or None)
         # A family without a header formula (the real-processor fallback) always counts on decoded pixels.
         self.exact = config.exact or not self.family.header_formula
@@ -291,6 +300,38 @@ class Scanner:
         if cached.reference != ref.reference:
             cached = evolve(cached, reference=ref.reference)
         return cached
+
+    def _count_videos(self, media: tuple[MediaInfo, ...]) -> tuple[tuple[MediaInfo, ...], list[VideoCount]]:
+        """Each video's count from its header facts, when every video of the row can be counted.
+
+        A row with an audio clip, a video that cannot be read, or a model or pipeline whose videos are
+        not counted keeps them uncounted (its lengths are lower bounds, VLM109). CountError: the video
+        processor refuses a video (the row's count error).
+        """
+        if self.video_refusal is not None or not any(info.kind == "video" for info in media):
+            return media, []
+        videos = [info for info in media if info.kind == "video"]
+        if any(info.video is None or info.error_code is not None for info in videos):
+            return media, []
+        counts = []
+        for position, info in enumerate(videos, start=1):
+            try:
+                counts.append(self.family.count_video(info.video, self.model.video_settings))
+            except CountError as exc:
+                raise CountError(f"video {position} ({info.reference}): {exc}") from None
+        counted = iter(counts)
+        media = tuple(
+            evolve(
+                info,
+                tokens=(count := next(counted)).tokens,
+                sampled=count.frames,
+                counted_by=f"{self.family.name}: {count.mode}",
+            )
+            if info.kind == "video"
+            else info
+            for info in media
+        )
+        return media, counts
 
     def media_info(self, ref: MediaRef) -> MediaInfo:
         """Whether one video or audio clip can be read (vlmlint/media.py; frames are images)."""
@@ -448,6 +489,14 @@ class Scanner:
             return _Prepared(evolve(sample, messages=(), images=(), media=(), problems=(problem,)), (), 0)
         images = tuple(self.image_header(ref) for ref in sample.images)
         media = tuple(self.media_info(ref) for ref in sample.media) if sample.media else ()
+        videos: list[VideoCount] = []
+        if media:
+            try:
+                media, videos = self._count_videos(media)
+            except CountError as exc:
+                prepared = _Prepared(sample, images, 0, media=media)
+                prepared.count_error = f"processor: {exc}"
+                return prepared
         placeholders = sum(part.is_image for message in sample.messages for part in message.parts)
         counts = decoded = None
         if images and not any(info.error_code for info in images):
@@ -460,13 +509,13 @@ class Scanner:
                     prepared = _Prepared(sample, images, placeholders, media=media)
                     prepared.count_error = f"processor: {exc}"
                     return prepared
-        prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media)
+        prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media, videos=videos)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
         if self.model.tokenizer is None:
             return prepared  # a vision encoder without a text side: image counts only
         try:
-            rendered = self.render(sample.messages)
+            rendered = self.encoder.render(sample.messages, videos=bool(videos))
         except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
             prepared.count_error = f"template: the chat template rejects this row: {exc}"
             return prepared
@@ -484,11 +533,19 @@ class Scanner:
                 f"for {len(images)} image(s)"
             )
             return prepared
+        if videos and rendered.count(self.family.video_placeholder) != len(videos):
+            prepared.count_error = (
+                f"placeholder: the rendered text holds {rendered.count(self.family.video_placeholder)} "
+                f"{self.family.video_placeholder} token(s) for {len(videos)} video(s)"
+            )
+            return prepared
         if self.family.count_row is not None:
             self._count_row(prepared, rendered, decoded or [])
             return prepared
         try:
-            prepared.text, prepared.extra_tokens = self.compose(rendered, prepared.counts)
+            prepared.text, prepared.extra_tokens = self.encoder.compose(
+                rendered, prepared.counts, videos=tuple(videos)
+            )
         except CountError as exc:  # the processor refuses the row as a whole (PaliGemma without an image)
             prepared.count_error = f"processor: {exc}"
         return prepared
@@ -524,6 +581,8 @@ class Scanner:
             elif self.family.placeholder or prepared.fixed_length is not None:
                 # (a plain encoder's image tokens are not in the text sequence; the fallback's always are)
                 text_tokens -= sum(info.tokens or 0 for info in prepared.images)
+            if text_tokens is not None:
+                text_tokens -= sum(video.tokens for video in prepared.videos)
         spans = max_position = None
         if seq_len is not None:
             limit = self.context.max_length
@@ -531,10 +590,19 @@ class Scanner:
                 spans = prepared.fixed_spans if limit is not None and seq_len > limit else None
             elif limit is not None and seq_len > limit and prepared.counts and self.family.placeholder:
                 spans = self.image_spans(prepared)
-            if self.family.position_span is not None:
+            if self.family.position_span is not None and (
+                not prepared.videos or self.family.video_position_span is not None
+            ):
                 settings = self.model.settings
                 taken = sum(self.family.position_span(count, settings) for count in prepared.counts)
                 max_position = seq_len - sum(count.tokens for count in prepared.counts) + taken - 1
+                if prepared.videos:  # (a family without a video position span: no max position)
+                    assert self.family.video_position_span is not None
+                    video_settings = self.model.video_settings
+                    max_position += sum(
+                        self.family.video_position_span(video, video_settings) - video.tokens
+                        for video in prepared.videos
+                    )
         result = RowResult(
             sample=prepared.sample,
             images=prepared.images,

@@ -202,7 +202,7 @@ class StatsCollector:
         if row.seq_len is None:
             return
         self.seq_lens.append(row.seq_len)
-        self.lower_bound += bool(row.media)
+        self.lower_bound += row.lengths_lower_bound
         self.image_tokens.extend(t for t in row.image_tokens if t is not None)
         if self.knob is not None:
             self._search(outcome.complete().result)  # the search renders the row's messages again

@@ -26,7 +26,7 @@ from typing import Any
 from vlmlint.records import Message, Part, Role
 from vlmlint.templates import TemplateLimit, render
 
-Shape = tuple[tuple[str, tuple[bool, ...]], ...]
+Shape = tuple[tuple[str, tuple[str, ...]], ...]
 Renderer = Callable[[Sequence[Message]], str]
 _MAX_SHAPES = 4096  # conversations with more distinct shapes than this render in full beyond it
 
@@ -55,12 +55,17 @@ _PROBE_SHAPES: tuple[tuple[tuple[Role, tuple[bool, ...]], ...], ...] = (
 )
 
 
+def _kind(part: Part) -> str:
+    """ "image", "video", "audio" or "" (text): what a template branches on."""
+    return "image" if part.is_image else part.media
+
+
 def shape_of(messages: Sequence[Message]) -> Shape:
-    return tuple((message.role.value, tuple(part.is_image for part in message.parts)) for message in messages)
+    return tuple((message.role.value, tuple(_kind(part) for part in message.parts)) for message in messages)
 
 
 def _texts(messages: Sequence[Message]) -> list[str]:
-    return [part.text for message in messages for part in message.parts if not part.is_image]
+    return [part.text for message in messages for part in message.parts if not _kind(part)]
 
 
 def _with_texts(messages: Sequence[Message], texts: Sequence[str]) -> tuple[Message, ...]:
@@ -68,7 +73,7 @@ def _with_texts(messages: Sequence[Message], texts: Sequence[str]) -> tuple[Mess
     return tuple(
         Message(
             message.role,
-            tuple(part if part.is_image else Part(text=next(supply)) for part in message.parts),
+            tuple(part if _kind(part) else Part(text=next(supply)) for part in message.parts),
         )
         for message in messages
     )
@@ -176,36 +181,39 @@ class ShapeCache:
 
 
 def conversation_for_template(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Messages as processor.apply_chat_template receives them: typed parts, images in place.
+    """Messages as processor.apply_chat_template receives them: typed parts, images and videos in place.
 
-    Video and audio parts are left out: vlmlint does not count them yet (VLM109), so the text is
-    what the row gives without them and its lengths are lower bounds.
+    Callers leave out the media parts vlmlint does not count (without_media): those rows' lengths
+    are lower bounds (VLM109).
     """
     return [
         {
             "role": message.role.value,
             "content": [
-                {"type": "image"} if part.is_image else {"type": "text", "text": part.text}
+                {"type": _kind(part)} if _kind(part) else {"type": "text", "text": part.text}
                 for part in message.parts
             ],
         }
-        for message in without_media(messages)  # no video or audio part is left in these
+        for message in messages
     ]
 
 
-def without_media(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """The messages without their video and audio parts (the same tuple when they have none)."""
+def without_media(messages: Iterable[Message], keep: frozenset[str] = frozenset()) -> tuple[Message, ...]:
+    """The messages without their video and audio parts, but the kinds in `keep` (the same tuple when
+    there is nothing to leave out)."""
     messages = tuple(messages)
-    if not any(part.media for message in messages for part in message.parts):
+    if not any(part.media and part.media not in keep for message in messages for part in message.parts):
         return messages
-    return tuple(Message(m.role, _merged(p for p in m.parts if not p.media)) for m in messages)
+    return tuple(
+        Message(m.role, _merged(p for p in m.parts if not p.media or p.media in keep)) for m in messages
+    )
 
 
 def _merged(parts: Iterable[Part]) -> tuple[Part, ...]:
     """Adjacent text parts joined, as the text was before a media placeholder split it."""
     out: list[Part] = []
     for part in parts:
-        if out and not part.is_image and not out[-1].is_image:
+        if out and not _kind(part) and not _kind(out[-1]):
             out[-1] = Part(text=out[-1].text + part.text)
         else:
             out.append(part)

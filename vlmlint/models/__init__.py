@@ -63,6 +63,9 @@ class Model:
     profile: str | None = None  # the built-in profile this model came from (vlmlint models)
     checkpoint: str | None = None  # a profile's source hub checkpoint
     text_tokens_estimated: str | None = None  # how text tokens are estimated; None when exact
+    # Videos: the family's video settings (None: videos are not counted, and `video_refusal` says why).
+    video_settings: Any = field(default=None, repr=False)
+    video_refusal: str | None = None
 
     @property
     def exact_unavailable(self) -> str | None:
@@ -276,6 +279,29 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
     )
 
 
+def _video_settings(
+    name: str,
+    family: Family,
+    processor_config: dict[str, Any],
+    model_config: dict[str, Any],
+    settings: Any,
+    processor_class: str | None,
+) -> tuple[Any, str | None]:
+    """The family's video settings from the video processor's files, or None and why videos are not counted."""
+    if family.count_video is None or family.video_settings_from is None:
+        return None, f"vlmlint does not count {family.title} videos yet"
+    from vlmlint.models.video_config import video_processor_config
+
+    model_type = model_config.get("model_type") if isinstance(model_config.get("model_type"), str) else None
+    _, config, _ = video_processor_config(name, processor_config, model_type)
+    try:
+        return family.video_settings_from(config, settings, processor_class), None
+    except CountError as exc:
+        return None, f"{family.title} videos are not counted: {exc}"
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:
+        return None, f"{family.title} videos are not counted: its video settings are unusable: {_line(exc)}"
+
+
 def _line(exc: BaseException, limit: int = 300) -> str:
     """An exception's message as one bounded line."""
     text = " ".join(str(exc).split())
@@ -420,7 +446,12 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         ) from None
     chat_template = _read_chat_template(name, tokenizer)
     _probe_template(name, chat_template, tokenizer)
+    video_settings, video_refusal = _video_settings(
+        name, family, processor_config, model_config, settings, processor_class
+    )
     return Model(
+        video_settings=video_settings,
+        video_refusal=video_refusal,
         name=name,
         family=family,
         settings=settings,

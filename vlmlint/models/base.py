@@ -48,6 +48,22 @@ class ImageCount:
 
 
 @dataclass(frozen=True)
+class VideoCount:
+    """One video as the family's video processor gives it: the frames it samples, their resized size,
+    the patch grid and the video-placeholder tokens in input_ids. `timestamps`: the seconds of each
+    temporal group where the processor writes them as text (Qwen3-VL); `mode` says how frames were
+    sampled (e.g. "every frame: do_sample_frames is false")."""
+
+    frames: int  # frames the sampler keeps, before any temporal padding
+    resized_height: int
+    resized_width: int
+    grid: tuple[int, ...]  # Qwen: (grid_t, grid_h, grid_w) patches
+    tokens: int
+    mode: str
+    timestamps: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class RowCount:
     """A whole row counted by the real processor (the fallback): its input_ids length and image tokens."""
 
@@ -135,7 +151,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 # The Family fields a family module provides as functions of the same name (Family.define).
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
-    "resized_copies", "shrink_hint",
+    "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
 )  # fmt: skip
 
 
@@ -183,6 +199,17 @@ class Family:
     # (height, width, area limit, settings) -> the fix hint for an image the processor shrinks by more
     # than the limit, naming the family's setting; None (or a None result): the generic hints.
     shrink_hint: Callable[[int, int, float, Any], str | None] | None = None
+    # Videos (issue 20). `video_placeholder`: the token the chat template writes for one video, which
+    # the processor expands ("" = this family does not count videos: rows with one get VLM109).
+    # video_settings_from(video processor config dict, image settings, processor class) -> video settings;
+    # count_video(VideoMeta, video settings) -> VideoCount; expand_video(VideoCount, video settings)
+    # -> every token the placeholder becomes; video_position_span: as position_span, for M-RoPE.
+    video_placeholder: str = ""
+    raw_video_prompt: str = ""
+    video_settings_from: Callable[[dict[str, Any], Any, str | None], Any] | None = None
+    count_video: Callable[..., VideoCount] | None = None
+    expand_video: Callable[[VideoCount, Any], Expansion] | None = None
+    video_position_span: Callable[[VideoCount, Any], int] | None = None
 
     @classmethod
     def define(cls, module: str, **fields: Any) -> Family:
@@ -195,6 +222,7 @@ class Family:
             if hook not in fields and callable(namespace.get(hook)):
                 fields[hook] = namespace[hook]
         fields.setdefault("raw_image_prompt", fields["placeholder"])
+        fields.setdefault("raw_video_prompt", fields.get("video_placeholder", ""))
         return cls(**fields)
 
     def bound(self, settings: Any) -> Family:

@@ -28,6 +28,7 @@ from typing import Any
 
 from vlmlint.models.base import CountError, Family, ImageCount, RowCount, no_knob
 from vlmlint.models.files import model_file
+from vlmlint.models.video_config import video_processor_config
 
 # Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
 OPTIONAL_PARTS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
@@ -99,29 +100,6 @@ def _class_defaults(class_name: str | None, prefix: str) -> dict[str, Any]:
     return {}
 
 
-def _video_processor_name(model_type: str | None) -> str | None:
-    """The video processor class transformers maps a model type to, read from the auto mapping's source.
-
-    Without torchvision transformers blanks these names at import (video_processing_auto.py), and
-    several model types use another's class (MiniCPM-V 4.7: MiniCPMV4_6VideoProcessor).
-    """
-    if not model_type:
-        return None
-    path = _transformers_dir() / "models" / "auto" / "video_processing_auto.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
-            key, value = node.elts
-            if isinstance(key, ast.Constant) and key.value == model_type and isinstance(value, ast.Dict):
-                for backend in value.values:
-                    if isinstance(backend, ast.Constant) and isinstance(backend.value, str):
-                        return backend.value
-    return None
-
-
 def _read_json(model: str, filename: str) -> dict[str, Any]:
     """One JSON file of the folder or hub repo; {} when absent or unreadable (optional settings only)."""
     path = model_file(model, filename)
@@ -137,18 +115,11 @@ def _read_json(model: str, filename: str) -> dict[str, Any]:
 
 def _absent_settings(folder: str, attribute: str, processor_dict: dict[str, Any], model_type: str | None):
     """An absent video processor's settings: class defaults, then its config file, as from_pretrained."""
-    settings: dict[str, Any] = {}
-    if attribute == "video_processor":
-        config = _read_json(folder, "video_preprocessor_config.json")
-        nested = processor_dict.get("video_processor")
-        if not config and isinstance(nested, dict):
-            config = nested
-        class_name = config.get("video_processor_type") or _video_processor_name(model_type)
-        if isinstance(class_name, str):
-            settings.update(_class_defaults(class_name, "video_processing"))
-        elif model_type:  # transformers blanks its video mapping without torchvision: the model's own file
-            settings.update(_class_defaults(None, f"video_processing_{model_type}"))
-        settings.update(config)
+    if attribute != "video_processor":
+        return {}
+    class_name, settings, _ = video_processor_config(folder, processor_dict, model_type)
+    if class_name is None and model_type:  # no mapping: the model's own video processing module
+        settings = {**_class_defaults(None, f"video_processing_{model_type}"), **settings}
     return settings
 
 

@@ -19,12 +19,15 @@ from vlmlint.models.base import (
     ImageCount,
     Knob,
     Run,
+    VideoCount,
     image_processor_types,
     positive_int,
 )
+from vlmlint.records import VideoMeta
 
 MAX_ASPECT_RATIO = 200
 PLACEHOLDER = "<|image_pad|>"
+VIDEO_PLACEHOLDER = "<|video_pad|>"
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,287 @@ def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | N
     )
 
 
+# ---- videos: transformers 5.24 Qwen2VLVideoProcessor (Qwen2-VL, Qwen2.5-VL) and Qwen3VLVideoProcessor
+# with Qwen3VLProcessor's timestamps (Qwen3-VL) ------------------------------------------------------
+
+VIDEO_PROCESSORS = {
+    # video processor class -> the processor classes whose video expansion vlmlint reproduces with it
+    "Qwen2VLVideoProcessor": ("Qwen2VLProcessor", "Qwen2_5_VLProcessor"),
+    "Qwen3VLVideoProcessor": ("Qwen3VLProcessor",),
+}
+
+
+@dataclass(frozen=True)
+class QwenVideoSettings:
+    """The video processor's settings (vlmlint/models/video_config.py reads them as from_pretrained)."""
+
+    processor: str
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    min_pixels: int  # size["shortest_edge"]
+    max_pixels: int  # size["longest_edge"]
+    do_resize: bool
+    do_sample_frames: bool
+    fps: float | None
+    num_frames: int | None
+    min_frames: int
+    max_frames: int
+    cap_pixels_per_frame: bool
+    max_video_tokens: int
+    placeholder: str = VIDEO_PLACEHOLDER
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    @property
+    def qwen3(self) -> bool:
+        """Qwen3VLVideoProcessor: its own sampling, a 3-D pixel budget, and timestamps in the text."""
+        return self.processor == "Qwen3VLVideoProcessor"
+
+
+def _optional_number(config: dict[str, Any], key: str) -> float | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise CountError(f"video processor {key} must be a positive number, got {value!r}")
+    return value
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> QwenVideoSettings:
+    """The video processor's settings; Qwen2VLVideoProcessor.__init__ lets min_pixels / max_pixels keys
+    override its size (Qwen3VLVideoProcessor reads size only)."""
+    del image_settings  # the video processor has its own file (or reads the image processor's)
+    processor = config.get("video_processor_type")
+    if processor not in VIDEO_PROCESSORS:
+        raise CountError(
+            f"its video processor {processor} is not one vlmlint reproduces ({', '.join(VIDEO_PROCESSORS)})"
+        )
+    if processor_class not in VIDEO_PROCESSORS[processor]:
+        raise CountError(f"{processor_class} with a {processor} is not a pairing vlmlint reproduces")
+    size = dict(config.get("size") or {})
+    if processor == "Qwen2VLVideoProcessor":
+        if config.get("min_pixels") is not None:
+            size["shortest_edge"] = config["min_pixels"]
+        if config.get("max_pixels") is not None:
+            size["longest_edge"] = config["max_pixels"]
+    if not size.get("shortest_edge") or not size.get("longest_edge"):
+        raise CountError(f"`size` dict must contain 'shortest_edge' and 'longest_edge' keys but got {size}.")
+    num_frames = config.get("num_frames")
+    return QwenVideoSettings(
+        processor=processor,
+        patch_size=positive_int(config.get("patch_size", 14), "patch_size"),
+        merge_size=positive_int(config.get("merge_size", 2), "merge_size"),
+        temporal_patch_size=positive_int(config.get("temporal_patch_size", 2), "temporal_patch_size"),
+        min_pixels=positive_int(size["shortest_edge"], "size.shortest_edge"),
+        max_pixels=positive_int(size["longest_edge"], "size.longest_edge"),
+        do_resize=bool(config.get("do_resize", True)),
+        do_sample_frames=bool(config.get("do_sample_frames")),
+        fps=_optional_number(config, "fps"),
+        num_frames=None if num_frames is None else positive_int(num_frames, "num_frames"),
+        min_frames=positive_int(config.get("min_frames", 4), "min_frames"),
+        max_frames=positive_int(config.get("max_frames", 768), "max_frames"),
+        cap_pixels_per_frame=bool(config.get("cap_pixels_per_frame")),
+        max_video_tokens=positive_int(config.get("max_video_tokens", 128000), "max_video_tokens"),
+    )
+
+
+def arange_length(stop: float, step: float) -> int:
+    """len(torch.arange(0, stop, step)): ceil(stop / step) in double precision, as torch sizes it."""
+    return max(0, math.ceil(stop / step))
+
+
+def sampled_frames(meta: VideoMeta, settings: QwenVideoSettings) -> tuple[int, str]:
+    """How many frames Qwen2VLVideoProcessor keeps (sample_frames), and the mode in words."""
+    total = meta.frames
+    if not settings.do_sample_frames:
+        return total, "every frame (do_sample_frames is false)"
+    if meta.frames_from == "frame list":
+        raise CountError(
+            "Sampling frames from a list of images is not supported! Set `do_sample_frames=False`."
+        )
+    tp = settings.temporal_patch_size
+    num_frames, fps = settings.num_frames, settings.fps
+    if num_frames is not None and fps is not None:
+        raise CountError("`num_frames` and `fps` are mutually exclusive arguments, please use only one!")
+    if num_frames is not None:
+        wanted = round(num_frames / tp) * tp
+        mode = f"num_frames {num_frames}"
+    elif fps is not None:
+        if meta.fps is None:
+            raise CountError("Asked to sample `fps` frames per second but no video metadata was provided")
+        max_frames = math.floor(min(settings.max_frames, total) / tp) * tp
+        wanted = total / meta.fps * fps
+        wanted = min(max(wanted, settings.min_frames), max_frames, total)
+        wanted = math.floor(wanted / tp) * tp
+        mode = f"fps {fps:g} (min_frames {settings.min_frames}, max_frames {settings.max_frames})"
+    else:
+        return total, "every frame (no fps or num_frames)"
+    if wanted > total:
+        raise CountError(
+            f"Video can't be sampled. The inferred `num_frames={wanted}` exceeds `total_num_frames={total}`."
+        )
+    if wanted == 0:
+        raise CountError(f"a {total}-frame video samples 0 frames: the processor divides by zero")
+    return arange_length(total, total / wanted), mode
+
+
+def qwen3_sampled_indices(meta: VideoMeta, settings: QwenVideoSettings) -> tuple[list[int], str]:
+    """Qwen3VLVideoProcessor.sample_frames: the frame indices it keeps, and the mode in words."""
+    total = meta.frames
+    if not settings.do_sample_frames:
+        return list(range(total)), "every frame (do_sample_frames is false)"
+    if meta.frames_from == "frame list":
+        raise CountError(
+            "Sampling frames from a list of images is not supported! Set `do_sample_frames=False`."
+        )
+    num_frames, fps = settings.num_frames, settings.fps
+    if num_frames is not None and fps is not None:
+        raise CountError("`num_frames` and `fps` are mutually exclusive arguments, please use only one!")
+    if num_frames is None and fps is not None:
+        video_fps = meta.fps if meta.fps is not None else 24  # the processor's own default
+        num_frames = int(total / video_fps * fps)
+        num_frames = min(max(num_frames, settings.min_frames), settings.max_frames, total)
+        mode = f"fps {fps:g} (min_frames {settings.min_frames}, max_frames {settings.max_frames})"
+    elif num_frames is None:
+        num_frames = min(max(total, settings.min_frames), settings.max_frames)
+        mode = f"every frame up to max_frames {settings.max_frames}"
+    else:
+        mode = f"num_frames {num_frames}"
+    import numpy as np  # the processor's own np.linspace(...).round(): the same indices, bit for bit
+
+    indices = np.linspace(0, total - 1, num_frames).round().astype(int).tolist()
+    return indices, mode
+
+
+def qwen3_smart_resize(
+    num_frames: int,
+    height: int,
+    width: int,
+    temporal_factor: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+) -> tuple[int, int]:
+    """transformers' Qwen3-VL video smart_resize: the pixel budget counts every frame."""
+    if num_frames < temporal_factor:
+        raise CountError(f"t:{num_frames} must be larger than temporal_factor:{temporal_factor}")
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise CountError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _qwen3_timestamps(indices: list[int], fps: float | None, temporal_patch_size: int) -> tuple[float, ...]:
+    """Qwen3VLProcessor._calculate_timestamps: each temporal group's mean time (fps 24 when unknown)."""
+    indices = list(indices)
+    if len(indices) % temporal_patch_size:
+        indices.extend(indices[-1] for _ in range(temporal_patch_size - len(indices) % temporal_patch_size))
+    video_fps = 24 if fps is None else fps
+    times = [index / video_fps for index in indices]
+    return tuple(
+        (times[i] + times[i + temporal_patch_size - 1]) / 2 for i in range(0, len(times), temporal_patch_size)
+    )
+
+
+def _count_video_qwen3(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
+    indices, mode = qwen3_sampled_indices(meta, settings)
+    frames = len(indices)
+    height, width = meta.height, meta.width
+    if settings.do_resize:
+        max_pixels = settings.max_pixels
+        if settings.cap_pixels_per_frame:
+            frame_cap = settings.max_video_tokens * settings.factor * settings.factor
+            per_frame = max(min(frame_cap, settings.max_pixels // frames), int(settings.min_pixels * 1.05))
+            max_pixels = per_frame * frames
+        height, width = qwen3_smart_resize(
+            frames,
+            height,
+            width,
+            settings.temporal_patch_size,
+            settings.factor,
+            settings.min_pixels,
+            max_pixels,
+        )
+    elif height % settings.factor or width % settings.factor:
+        raise CountError(
+            f"{meta.width}x{meta.height} frames are not a multiple of {settings.factor} and do_resize is off"
+        )
+    grid_t = -(-frames // settings.temporal_patch_size)
+    grid_h, grid_w = height // settings.patch_size, width // settings.patch_size
+    tokens = grid_t * grid_h * grid_w // settings.merge_size**2
+    timestamps = _qwen3_timestamps(indices, meta.fps, settings.temporal_patch_size)
+    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, timestamps)
+
+
+def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
+    """Qwen2VLVideoProcessor: frames sampled, each resized by smart_resize, padded to temporal_patch_size
+    by repeating the last, one <|video_pad|> per merged patch of each temporal group. Qwen3VLVideoProcessor:
+    its own sampling (np.linspace indices) and a budget over every frame's pixels."""
+    if settings.qwen3:
+        return _count_video_qwen3(meta, settings)
+    frames, mode = sampled_frames(meta, settings)
+    if frames < 1:
+        raise CountError("the video has no frames")
+    height, width = meta.height, meta.width
+    if settings.do_resize:
+        max_pixels = settings.max_pixels
+        if settings.cap_pixels_per_frame:  # qwen-vl-utils' total budget, shared out between frames
+            total_pixels = int(settings.max_video_tokens * settings.factor * settings.factor * 0.9)
+            max_pixels = max(
+                min(max_pixels, total_pixels * settings.temporal_patch_size // frames),
+                int(settings.min_pixels * 1.05),
+            )
+        height, width = smart_resize(height, width, settings.factor, settings.min_pixels, max_pixels)
+    grid_h, grid_w = height // settings.patch_size, width // settings.patch_size
+    if height % settings.factor or width % settings.factor:
+        raise CountError(
+            f"{meta.width}x{meta.height} frames are not a multiple of {settings.factor} and do_resize is off"
+        )
+    grid_t = -(-frames // settings.temporal_patch_size)
+    tokens = grid_t * grid_h * grid_w // settings.merge_size**2
+    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode)
+
+
+def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:
+    """Qwen2VLProcessor.replace_video_token: <|video_pad|> once per merged patch (the template writes the
+    <|vision_start|> and <|vision_end|> around it). Qwen3VLProcessor: per temporal group, its timestamp
+    `<t seconds>` (one decimal) then <|vision_start|>, its <|video_pad|> tokens and <|vision_end|>,
+    inside the template's own pair."""
+    if not settings.qwen3:
+        return (Run(settings.placeholder, count.tokens),)
+    grid_t = count.grid[0]
+    per_group = count.tokens // grid_t
+    segments: list[str | Run] = []
+    for time in count.timestamps[:grid_t]:
+        segments += [
+            f"<{time:.1f} seconds>",
+            "<|vision_start|>",
+            Run(settings.placeholder, per_group),
+            "<|vision_end|>",
+        ]
+    return tuple(segments)
+
+
 def trainer_template(pipeline: str, model: Any) -> str | None:
     """LLaMA-Factory registers qwen3_vl_nothink for Qwen3-VL and qwen2_vl for Qwen2-VL / Qwen2.5-VL."""
     del pipeline
@@ -222,6 +506,7 @@ FAMILY = Family.define(
     processor_classes=("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor"),
     image_processor_types=image_processor_types("Qwen2VL"), placeholder=PLACEHOLDER,
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>", marker_tokens=("<|vision_start|>",),
+    video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt="<|vision_start|><|video_pad|><|vision_end|>",
     trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink")},
     choose_trainer_template=trainer_template,
 )  # fmt: skip

@@ -17,6 +17,9 @@ A preset is one class with:
 - `bind(model)`: called once by the Scanner with the loaded model, before any row: a preset that
   depends on the model (its template, its image plugin) resolves it here, and raises PipelineError
   for a model it does not support;
+- `video_sampling`: how the trainer samples video frames, "transformers" (the model's video
+  processor, the default) or None where vlmlint does not reproduce the trainer's sampling (the row's
+  videos are then not counted, and VLM109 says so);
 - `fate(result, row, encoder)`: the prediction for one counted row (None: nothing to say).
   `row` (vlmlint.counting.CountedRow) holds the sample and each image's ImageCount; `encoder`
   (vlmlint.counting.TextEncoder) gives the model (tokenizer, family, settings), `render(messages)`,
@@ -61,6 +64,13 @@ class Pipeline:
                 f"--pipeline {self.name}: unknown option(s) {', '.join(unknown)}; known: {known}"
             )
         self.options = options
+
+    @property
+    def video_sampling(self) -> str | None:
+        """How the trainer samples a video's frames, as vlmlint reproduces it: "transformers" (the model's
+        own video processor) for the raw processor; None (not reproduced: the row's videos are not
+        counted, VLM109 says why) for a preset unless it declares its own."""
+        return "transformers" if type(self) is Pipeline else None
 
     def bind(self, model: Model) -> None:
         """Learn the model (family, tokenizer, settings) before the first row; PipelineError if unsupported."""

@@ -106,7 +106,7 @@ def render_stats(stats: DatasetStats, console: Console, *, model_name: str) -> N
     if stats.rows_lower_bound:
         console.print(
             Text(
-                f"{stats.rows_lower_bound} counted row(s) hold video or audio, which vlmlint does not count yet "
+                f"{stats.rows_lower_bound} counted row(s) hold video or audio that vlmlint does not count "
                 "(VLM109): their lengths are lower bounds, and so are the settings below that keep them",
                 style="yellow",
             ),

@@ -66,6 +66,9 @@ class RuleContext:
     # per side into one image token (features = t*h*w / merge_size^2).
     image_token_id: int | None = None
     merge_size: int | None = None
+    # Why the model's videos are not counted (its family has no video formula, or the pipeline's video
+    # sampling is not reproduced); None when they are.
+    video_refusal: str | None = None
 
 
 class Rule:

@@ -1,0 +1,118 @@
+"""Qwen-VL videos against the real Qwen2VLVideoProcessor / Qwen3VLVideoProcessor recorded outputs
+(fixtures/reference/qwen_video.json, recorded in the reference venv): the video_grid_thw of each clip,
+its <|video_pad|> and <|vision_start|> counts and the whole input_ids length of a prompt with it (Qwen3-VL's
+"<t seconds>" timestamps are text tokens there), or the processor's refusal; and the video settings read
+from the fixture folders as AutoVideoProcessor reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fixtures.reference import _records, qwen_video
+from tests.conftest import PROCESSORS
+from vlmlint.config import ScanConfig
+from vlmlint.engine import Scanner
+from vlmlint.models import CountError, load_model, qwen_vl
+from vlmlint.models.base import VideoCount
+from vlmlint.records import VideoMeta
+
+RECORDS = _records.load("qwen_video")
+CASES = RECORDS["cases"]
+PROMPT = qwen_video.PROMPT
+
+pytestmark = pytest.mark.skipif(
+    _records.version_mismatch("qwen_video") is not None, reason=str(_records.version_mismatch("qwen_video"))
+)
+
+
+@pytest.fixture(scope="module")
+def scanners():
+    cache: dict[str, Scanner] = {}
+
+    def get(folder: str) -> Scanner:
+        if folder not in cache:
+            cache[folder] = Scanner(ScanConfig(dataset="", model=str(PROCESSORS / folder)))
+        return cache[folder]
+
+    return get
+
+
+def with_kwargs(settings: qwen_vl.QwenVideoSettings, kwargs: dict) -> qwen_vl.QwenVideoSettings:
+    """The call kwargs a case passes, as the processor merges them over its own settings."""
+    changes = {
+        key: kwargs[key]
+        for key in ("do_sample_frames", "fps", "num_frames", "cap_pixels_per_frame")
+        if key in kwargs
+    }
+    if "size" in kwargs:
+        changes["min_pixels"] = kwargs["size"]["shortest_edge"]
+        changes["max_pixels"] = kwargs["size"]["longest_edge"]
+    return dataclasses.replace(settings, **changes)
+
+
+def meta(case: dict) -> VideoMeta:
+    height, width = case["size"]
+    fps = case["fps"]
+    return VideoMeta(
+        frames=case["frames"], fps=fps, duration=case["frames"] / fps, width=width, height=height
+    )
+
+
+def row_length(scanner: Scanner, video: VideoCount) -> int:
+    """The recorder's prompt (the template's video slot and a text) composed and tokenized."""
+    composed, saved = scanner.encoder.compose(PROMPT, [], videos=(video,))
+    ids = scanner.model.tokenizer(composed, add_special_tokens=scanner.model.family.add_special_tokens)
+    return len(ids["input_ids"]) + saved
+
+
+def test_video_settings_come_from_the_folder_as_transformers_reads_them():
+    """No video_preprocessor_config.json: the video processor reads preprocessor_config.json (its
+    min_pixels / max_pixels), over Qwen2VLVideoProcessor's class defaults."""
+    model = load_model(str(PROCESSORS / "qwen2-vl"))
+    assert model.video_refusal is None
+    assert model.video_settings == qwen_vl.QwenVideoSettings(
+        processor="Qwen2VLVideoProcessor", patch_size=14, merge_size=2, temporal_patch_size=2,
+        min_pixels=3136, max_pixels=12845056, do_resize=True, do_sample_frames=False, fps=None,
+        num_frames=None, min_frames=4, max_frames=768, cap_pixels_per_frame=False, max_video_tokens=128000,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: (
+        f"{c['folder']}-{c['frames']}f-{c['size'][0]}x{c['size'][1]}-{c['fps']:.3g}{c['kwargs'] or ''}"
+    ),
+)
+def test_formula_matches_the_real_video_processor(case, scanners):
+    scanner = scanners(case["folder"])
+    settings = with_kwargs(scanner.model.video_settings, case["kwargs"])
+    result = case["result"]
+    if "error" in result:
+        with pytest.raises(CountError):
+            qwen_vl.count_video(meta(case), settings)
+        return
+    count = qwen_vl.count_video(meta(case), settings)
+    assert list(count.grid) == result["grid"]
+    assert count.tokens == result["video_tokens"]
+    assert (
+        1 + (count.grid[0] if settings.qwen3 else 0) == result["vision_start"]
+    )  # the template's, each group's
+    scanner.model.video_settings = settings  # the expansion reads the model's video settings
+    try:
+        assert row_length(scanner, count) == result["input_ids"]
+    finally:
+        scanner.model.video_settings = load_model(str(PROCESSORS / case["folder"])).video_settings
+
+
+def test_the_records_cover_sampling_modes_and_refusals():
+    kinds = {tuple(sorted(case["kwargs"])) for case in CASES}
+    assert {
+        (),
+        ("do_sample_frames", "fps"),
+        ("do_sample_frames", "num_frames"),
+        ("cap_pixels_per_frame",),
+    } <= kinds
+    assert sum("error" in case["result"] for case in CASES) >= 4
