@@ -6,6 +6,12 @@ the dataset folder (VLM104), a URL (VLM105, never fetched) and a file no reader 
 not a regular file, empty, or text where a container should be (an HTML error page saved as
 `clip.mp4` by a failed download). The check reads at most 512 bytes of the file. A video given as
 a list of frames is checked frame by frame as images are (their headers, through `image_header`).
+
+A video that passes is probed (vlmlint/video.py, PyAV, no frame decoded) on the same open file:
+its header facts fill `MediaInfo.video`, and a clip the probe cannot read (not a container FFmpeg
+opens, no video stream, an index past the end of the file) is VLM201 with the probe's reason. A
+frame list's facts come from its frames' image headers: VideoMeta(frames=len(frames), no fps, the
+first frame's size, frames_from="frame list"). Audio clips are only sniffed.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import os
 from collections.abc import Callable
 
 from vlmlint.images import ImageProblem, open_regular
-from vlmlint.records import ImageError, ImageInfo, ImageRef, MediaInfo, MediaRef
+from vlmlint.records import ImageError, ImageInfo, ImageRef, MediaInfo, MediaRef, VideoMeta
+from vlmlint.video import VideoProbeError, probe_video
 
 _SNIFF_BYTES = 512
 # Containers whose leading bytes are printable text: not to be mistaken for a saved text page.
@@ -38,6 +45,7 @@ def media_info(
     """Whether the clip can be read; `image_header` checks each frame of a frame-list video."""
     kind = ref.kind
     if ref.frames:
+        first: ImageInfo | None = None
         for position, frame in enumerate(ref.frames, start=1):
             header = image_header(frame)
             if header.error_code is not None:
@@ -48,7 +56,19 @@ def media_info(
                     error=f"frame {position} of {len(ref.frames)} ({frame.reference}): {header.error}",
                     frames=len(ref.frames),
                 )
-        return MediaInfo(kind, ref.reference, frames=len(ref.frames))
+            first = first or header
+        assert first is not None
+        video = None
+        if kind == "video" and first.width and first.height:
+            video = VideoMeta(
+                frames=len(ref.frames),
+                fps=None,
+                duration=None,
+                width=first.width,
+                height=first.height,
+                frames_from="frame list",
+            )
+        return MediaInfo(kind, ref.reference, frames=len(ref.frames), video=video)
     if ref.outside_root and not allow_outside_root and ref.path is not None:
         real = os.path.realpath(ref.path)
         where = ref.path if real == ref.path else f"{ref.path} -> {real}"
@@ -57,36 +77,50 @@ def media_info(
         return MediaInfo(
             kind, ref.reference, ImageError.REMOTE, f"{ref.url} is a URL; vlmlint does not fetch {kind}"
         )
-    problem = _problem(ref)
-    if problem is not None:
-        return MediaInfo(kind, ref.reference, *problem)
-    return MediaInfo(kind, ref.reference)
-
-
-def _problem(ref: MediaRef) -> tuple[str, str] | None:
-    """(error code, message) for a clip that cannot be read, else None."""
     if ref.problem is not None:  # the reader refused it (embedded bytes above MAX_EMBEDDED_BYTES)
-        return ImageError.UNREADABLE, ref.problem
+        return MediaInfo(kind, ref.reference, ImageError.UNREADABLE, ref.problem)
     if ref.data is not None:
-        start = ref.data[:_SNIFF_BYTES]
-    else:
-        assert ref.path is not None
-        try:  # a regular file only, checked on the open descriptor: a FIFO swapped in cannot block
-            with open_regular(ref.path, ref.reference, ref.kind) as handle:
-                start = handle.read(_SNIFF_BYTES)
-        except ImageProblem as problem:
-            return problem.kind, problem.message
-        except OSError as exc:
-            return ImageError.UNREADABLE, f"cannot open {ref.reference}: {exc.strerror or exc}"
+        problem = _sniff(ref, ref.data[:_SNIFF_BYTES])
+        return problem or _probed(ref, ref.data)
+    assert ref.path is not None
+    try:  # a regular file only, checked on the open descriptor: a FIFO swapped in cannot block
+        with open_regular(ref.path, ref.reference, ref.kind) as handle:
+            problem = _sniff(ref, handle.read(_SNIFF_BYTES))
+            return problem or _probed(ref, handle)
+    except ImageProblem as exc:
+        return MediaInfo(kind, ref.reference, exc.kind, exc.message)
+    except OSError as exc:
+        return MediaInfo(
+            kind, ref.reference, ImageError.UNREADABLE, f"cannot open {ref.reference}: {exc.strerror or exc}"
+        )
+
+
+def _sniff(ref: MediaRef, start: bytes) -> MediaInfo | None:
+    """The clip's MediaInfo with its error when its first bytes cannot be a container, else None."""
     if not start:
-        return ImageError.UNREADABLE, f"empty file (0 bytes): {ref.reference}"
+        return MediaInfo(
+            ref.kind, ref.reference, ImageError.UNREADABLE, f"empty file (0 bytes): {ref.reference}"
+        )
     if _is_text(start):
-        return (
+        return MediaInfo(
+            ref.kind,
+            ref.reference,
             ImageError.UNREADABLE,
             f"{ref.reference} holds text, not a {ref.kind} ({_preview(start)}...): an error page saved by a "
             "failed download?",
         )
     return None
+
+
+def _probed(ref: MediaRef, source) -> MediaInfo:
+    """A video's header facts (the handle or bytes already sniffed); audio is not probed."""
+    if ref.kind != "video":
+        return MediaInfo(ref.kind, ref.reference)
+    try:
+        video = probe_video(source)
+    except VideoProbeError as exc:
+        return MediaInfo(ref.kind, ref.reference, ImageError.UNREADABLE, f"{ref.reference}: {exc}")
+    return MediaInfo(ref.kind, ref.reference, video=video)
 
 
 def _is_text(start: bytes) -> bool:
