@@ -50,6 +50,7 @@ from vlmlint.rules.rows import (
     UnknownLayout,
 )
 from vlmlint.rules.trainer import TrainerCrash, TrainerDropsRow, TrainerRaises, TrainerTruncatesAnswer
+from vlmlint.rules.video import RotatedVideo, VideoFramesUnknown
 
 ALL_RULES: tuple[type[Rule], ...] = (
     MalformedRow,
@@ -69,6 +70,8 @@ ALL_RULES: tuple[type[Rule], ...] = (
     UnusualMode,
     AnimatedImage,
     HeavyResize,
+    VideoFramesUnknown,
+    RotatedVideo,
     PlaceholderCountMismatch,
     PreExpandedTokens,
     PlaceholderInAnswer,
