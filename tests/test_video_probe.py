@@ -224,3 +224,35 @@ def test_rebuilding_the_clips_gives_the_same_bytes():
             clips.encode(container, codec, width, height, rate, frames, **extra)
             == (CLIPS / name).read_bytes()
         ), name
+
+
+TORCHCODEC = yaml.safe_load((ROOT / "fixtures" / "clips_torchcodec.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", READABLE)
+def test_probe_equals_transformers_torchcodec_reader_as_recorded(name):
+    """read_video_torchcodec (torchcodec 0.17; fixtures/clips_torchcodec.py recorded it): the same frames.
+
+    Where they differ, the record says how: torchcodec turns a 90/270 clip upright (its width and
+    height swap), its MKV/WebM fps is frames / duration of the stream's timestamps (not
+    average_rate: 60.06 for a 60 fps MKV), and it cannot decode the last frame of an AVI with B-frames.
+    """
+    meta = probe_video(CLIPS / name)
+    record = TORCHCODEC["clips"][name]
+    if name.endswith(".avi"):
+        assert "no more frames left to decode" in record["error"]
+        return
+    width, height = (meta.height, meta.width) if meta.rotation in (90, 270) else (meta.width, meta.height)
+    assert record["total_num_frames"] == meta.frames == record["decoded"][0]
+    assert (record["width"], record["height"]) == (width, height)
+    assert record["decoded"][2:] == [height, width]
+    if meta.frames_from == "header":
+        assert record["fps"] == pytest.approx(meta.fps, rel=1e-9)
+        assert record["duration"] == pytest.approx(meta.duration, rel=1e-9)
+    else:
+        assert record["fps"] == pytest.approx(meta.fps, rel=0.02)  # close, not equal
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_torchcodec_refuses_the_clips_the_probe_refuses(name):
+    assert "error" in TORCHCODEC["clips"][name]
