@@ -9,6 +9,13 @@ as one nested list (`apply_chat_template` and TRL's collators pass `images=[[img
 - a row with SEVERAL images: no anyres; each image is padded to a square and resized to one 384x384
   view, N = num_image_tokens + 1 (newline) = 730 per image.
 "default" feature selection (not used by the hub checkpoints) subtracts one from either.
+
+Videos (transformers 5.24 `LlavaOnevisionVideoProcessor`, BaseVideoProcessor.sample_frames and
+video_utils.default_sample_indices_fn; `LlavaOnevisionProcessor.replace_video_token`): the template's
+`<video>` becomes frames * ceil(sqrt(num_image_tokens) / 2)^2 + 1 copies of `<video>` (196 per frame
+of the 27x27 SigLIP grid, pooled 2x2, and one newline), whatever the frame size (every frame is
+resized to one 384x384 view). The frames are every frame (do_sample_frames is off by default), or with
+do_sample_frames: num_frames, or max(1, int(total / video_fps * fps)), refused above the total.
 """
 
 from __future__ import annotations
@@ -17,10 +24,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Run, image_processor_types, no_knob
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Run,
+    VideoCount,
+    image_processor_types,
+    no_knob,
+    positive_int,
+)
 from vlmlint.models.llava_next import select_best_resolution  # the same pinpoint choice
+from vlmlint.records import VideoMeta
 
 PLACEHOLDER = "<image>"
+VIDEO_PLACEHOLDER = "<video>"
 
 
 @dataclass(frozen=True)
@@ -191,11 +210,123 @@ def expand(count: ImageCount, settings: OnevisionSettings) -> Expansion:
     return (Run(PLACEHOLDER, count.tokens),)
 
 
+# ---- videos: transformers 5.24 LlavaOnevisionVideoProcessor through LlavaOnevisionProcessor ----------
+
+VIDEO_PROCESSOR = "LlavaOnevisionVideoProcessor"
+
+
+@dataclass(frozen=True)
+class OnevisionVideoSettings:
+    """The video processor's settings (vlmlint/models/video_config.py reads them as from_pretrained) and
+    the processor's num_image_tokens, which fixes the pooled grid of every frame."""
+
+    num_image_tokens: int
+    do_sample_frames: bool
+    fps: float | None
+    num_frames: int | None
+    do_resize: bool
+    size_height: int | None  # size {"height", "width"}: every frame resized to it
+    size_width: int | None
+    shortest_edge: int | None  # size {"shortest_edge"}: the short side (the count does not change)
+
+    @property
+    def pooled(self) -> int:
+        """replace_video_token: ceil(sqrt(num_image_tokens) / 2) pooled features a side per frame."""
+        return math.ceil(int(math.sqrt(self.num_image_tokens)) / 2)
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> OnevisionVideoSettings:
+    """LlavaOnevisionVideoProcessor's settings; num_image_tokens from the processor (image settings)."""
+    processor = config.get("video_processor_type")
+    if processor != VIDEO_PROCESSOR:
+        raise CountError(f"its video processor {processor} is not one vlmlint reproduces ({VIDEO_PROCESSOR})")
+    if processor_class != "LlavaOnevisionProcessor":
+        raise CountError(f"{processor_class} with a {processor} is not a pairing vlmlint reproduces")
+    size = config.get("size") or {}
+    if not isinstance(size, dict):
+        raise CountError(f"video processor size must be a dict, got {size!r}")
+    fps, num_frames = config.get("fps"), config.get("num_frames")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise CountError(f"video processor fps must be a positive number, got {fps!r}")
+    return OnevisionVideoSettings(
+        num_image_tokens=image_settings.num_image_tokens,
+        do_sample_frames=bool(config.get("do_sample_frames")),
+        fps=fps,
+        num_frames=None if num_frames is None else positive_int(num_frames, "num_frames"),
+        do_resize=bool(config.get("do_resize", True)),
+        size_height=size.get("height"),
+        size_width=size.get("width"),
+        shortest_edge=size.get("shortest_edge"),
+    )
+
+
+def sampled_frames(meta: VideoMeta, settings: OnevisionVideoSettings) -> tuple[int, str]:
+    """How many frames BaseVideoProcessor.sample_frames keeps (default_sample_indices_fn), in words too."""
+    total = meta.frames
+    if not settings.do_sample_frames:
+        return total, "every frame (do_sample_frames is false)"
+    num_frames, fps = settings.num_frames, settings.fps
+    if num_frames is not None and fps is not None:
+        raise CountError("`num_frames` and `fps` are mutually exclusive arguments, please use only one!")
+    if num_frames is not None:
+        mode = f"num_frames {num_frames}"
+    elif fps is not None:
+        if meta.fps is None:
+            raise CountError(
+                f"Asked to sample `fps` frames per second but no original FPS was provided in video metadata "
+                f"which is required when sampling with `{fps}` (a {meta.frames_from or 'video'} has no fps)"
+            )
+        num_frames = max(1, int(total / meta.fps * fps))  # at least one frame for very short clips
+        mode = f"fps {fps:g}"
+    else:
+        return total, "every frame (do_sample_frames without fps or num_frames)"
+    if num_frames > total:
+        raise CountError(
+            f"When loading the video with num_frames={num_frames}, the requested number of frames "
+            f"exceeds total_num_frames={total}. Please set num_frames or fps to a smaller value."
+        )
+    return num_frames, mode  # np.arange(num_frames) * total // num_frames: num_frames distinct indices
+
+
+def _resized(meta: VideoMeta, settings: OnevisionVideoSettings) -> tuple[int, int]:
+    """The processed frame size (for the report; the count does not depend on it)."""
+    if not settings.do_resize:
+        return meta.height, meta.width
+    if settings.size_height and settings.size_width:
+        return settings.size_height, settings.size_width
+    if settings.shortest_edge:  # default_to_square is False: the short side to shortest_edge
+        short, long = sorted((meta.height, meta.width))
+        other = int(settings.shortest_edge * long / short)
+        if meta.height <= meta.width:
+            return settings.shortest_edge, other
+        return other, settings.shortest_edge
+    raise CountError(f"video processor size must hold height/width or shortest_edge, got {settings}")
+
+
+def count_video(meta: VideoMeta, settings: OnevisionVideoSettings) -> VideoCount:
+    """frames * pooled^2 + 1 <video> tokens; the pooled grid is fixed, so the frame size does not count."""
+    frames, mode = sampled_frames(meta, settings)
+    if frames < 1:
+        raise CountError("the video has no frames")
+    if meta.height < 1 or meta.width < 1:
+        raise CountError(f"frame size {meta.width}x{meta.height} is empty")
+    height, width = _resized(meta, settings)
+    pooled = settings.pooled
+    return VideoCount(frames, height, width, (frames, pooled, pooled), frames * pooled * pooled + 1, mode)
+
+
+def expand_video(count: VideoCount, settings: OnevisionVideoSettings) -> Expansion:
+    """`<video>` repeated once per pooled feature of every frame, and once for the newline."""
+    return (Run(VIDEO_PLACEHOLDER, count.tokens),)
+
+
 FAMILY = Family.define(
     __name__, name="llava-onevision", title="LLaVA-OneVision",
     processor_classes=("LlavaOnevisionProcessor",),
     image_processor_types=image_processor_types("LlavaOnevision"), placeholder=PLACEHOLDER,
-    raw_image_prompt="<image>\n",
+    raw_image_prompt="<image>\n", video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt="<video>\n",
     size_knob=no_knob(
         "no image-size knob: image tokens per image are fixed by the grid pinpoints "
         "(image_grid_pinpoints); only the max length is recommended"
