@@ -290,6 +290,7 @@ FAMILY = Family.define(
     __name__, name="llama4", title="Llama 4", processor_classes=("Llama4Processor",),
     image_processor_types=image_processor_types("Llama4"), placeholder=PLACEHOLDER,
     marker_tokens=(START, END, PATCH, TILE_X, TILE_Y), needs_torchvision=True,
+    trainer_templates={"llamafactory": ("llama4",)},
     size_knob=no_knob(
         "max_patches bounds the tiles per image, but the tiling it picks is not monotone in it and "
         "vlmlint stats does not search it yet; only the max length is recommended"

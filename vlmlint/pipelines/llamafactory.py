@@ -22,9 +22,10 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   one EOS id from the start, appends it to the row (trained) and trains an EOS label at the start of
   each later prompt; get_template_and_fix_tokenizer refuses train_on_prompt with them;
 - the placeholder expansion, `process_messages` of Qwen2VLPlugin / Qwen2OmniPlugin / GLM4VPlugin /
-  ErnieVLPlugin / LlavaPlugin / LlavaNextPlugin (GLM4VPlugin writes <|begin_of_image|> ...
-  <|end_of_image|>, ErnieVLPlugin "Picture {n}:<|IMAGE_START|> ... <|IMAGE_END|>", n counting the
-  row's images from 1):
+  ErnieVLPlugin / Llama4Plugin / LlavaPlugin / LlavaNextPlugin (GLM4VPlugin writes <|begin_of_image|>
+  ... <|end_of_image|>, ErnieVLPlugin "Picture {n}:<|IMAGE_START|> ... <|IMAGE_END|>", n counting the
+  row's images from 1; Llama4Plugin the processor's own `_prompt_split_image`, tiles and separators,
+  as vlmlint's llama4 family expands it, each <|patch|> run an image span of its own):
   each "<image>" of the user and assistant turns (not the system prompt: `_validate_messages` counts
   only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
   transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
@@ -82,11 +83,14 @@ class LfTemplate:
     system: tuple[str, ...] = ("{{content}}",)
     prefix: tuple[str, ...] = ()
     default_system: str = ""
-    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, glm4v, ernie_vl, llava, llava_next
+    plugin: str = "base"  # the mm_plugin: qwen2_vl, qwen3_vl, qwen2_omni, glm4v, ernie_vl, llama4, llava...
     image_token: str = "<image>"
     vision_bos: str = ""  # Qwen2VLPlugin wraps each image in <|vision_start|> ... <|vision_end|>
     vision_eos: str = ""
     image_label: str = ""  # ErnieVLPlugin writes "Picture {number}:" before each image (1-based, in the row)
+    # The plugin writes the processor's own expansion (Llama4Plugin: processor._prompt_split_image), which
+    # the family's expand() reproduces: its image_token is then the model's (the token its runs repeat).
+    processor_expansion: bool = False
     fuse_system: bool = False  # Llama2Template: the system slot goes inside the first user slot
     # ReasoningTemplate: encode_multiturn removes thought blocks (remove_thought) and adds the empty one
     # (add_thought) to the answers that have none, as enable_thinking and preserve_thinking say.
@@ -203,6 +207,18 @@ TEMPLATES: dict[str, LfTemplate] = {
             reasoning=True,
         ),
         LfTemplate(
+            "llama4",
+            (
+                "<|header_start|>user<|header_end|>\n\n{{content}}<|eot|><|header_start|>assistant<|header_end|>\n\n",
+            ),
+            ("{{content}}<|eot|>",),
+            ("<|header_start|>system<|header_end|>\n\n{{content}}<|eot|>",),
+            prefix=(BOS,),
+            plugin="llama4",
+            image_token="<|patch|>",  # the model's image_token_index; the plugin's "<|image|>" is one marker
+            processor_expansion=True,
+        ),
+        LfTemplate(
             "llava",
             ("USER: {{content}} ASSISTANT:",),
             ("{{content}}", EOS),
@@ -248,7 +264,6 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
     "minicpm_v": ("MiniCPMVPlugin", "the plugin's slice expansion and image ids"),
     "minicpm_v_4_6": ("MiniCPMV4_6Plugin", "the plugin's slice expansion and image ids"),
     "kimi_vl": ("KimiVLPlugin", "the Kimi-VL turns and the plugin's <|media_pad|> expansion"),
-    "llama4": ("Llama4Plugin", "the Llama 4 header turns and the plugin's tile expansion"),
     "lfm2_vl": ("LFMVLPlugin", "the LFM2 turns and the plugin's tile and thumbnail expansion"),
     "qwen3_omni": ("Qwen2OmniPlugin", "a ReasoningTemplate and the Omni plugin's expansion"),
     "intern_vl": ("InternVLPlugin", "the InternVL turns and the plugin's <img> ... </img> tile expansion"),
@@ -332,7 +347,7 @@ class _Turn:
     """One encoded message: its length with images expanded, and each image's [start, end) in it."""
 
     length: int
-    images: tuple[tuple[int, int, int], ...]  # (image index, start, end)
+    images: tuple[tuple[int, int, int], ...]  # (image index, start, end) of each run of its image token
 
 
 def _option(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
@@ -403,6 +418,7 @@ class LlamaFactoryPipeline(Pipeline):
             self._check_template(self.template)
         self._tokenizer: Any = None
         self._image_id: int | None = None
+        self._model: Model | None = None
         self._special_ids: dict[str, int | None] = {}
 
     # -- the model --------------------------------------------------------------------------------
@@ -434,6 +450,7 @@ class LlamaFactoryPipeline(Pipeline):
         if tokenizer is None:
             raise PipelineError(f"--pipeline llamafactory: {model.name} has no tokenizer")
         self._tokenizer = tokenizer
+        self._model = model
         self._image_id = _token_id(tokenizer, self.template.image_token)
         if self._image_id is None:
             raise PipelineError(
@@ -499,7 +516,8 @@ class LlamaFactoryPipeline(Pipeline):
                 fix="make the turns alternate user/assistant, from a user turn to an assistant answer",
             )
         counts = [count.tokens for count in row.counts]
-        slots = self._slots(messages, system)
+        expansions = [self._expansion(index, count) for index, count in enumerate(row.counts)]
+        slots = self._slots(messages, system, [text for text, _ in expansions])
         present = {image for elements in slots for _, images in elements for image in images}
         removed = [image for image in range(len(counts)) if image not in present]
         if removed:
@@ -513,16 +531,36 @@ class LlamaFactoryPipeline(Pipeline):
             )
         if self._surely_fits(slots, counts):
             return self._fate("kept", reason=f"at most {self.limit} tokens")
-        turns = self._encode(slots, counts)
+        turns = self._encode(slots, [runs for _, runs in expansions])
         return self._truncate(turns, counts)
+
+    def _expansion(self, index: int, count: Any) -> tuple[str, tuple[int, ...]]:
+        """The text process_messages writes for image `index`, each run of its image token written once,
+        and those runs' lengths (one run, the image's tokens, unless the processor's expansion has several)."""
+        template = self.template
+        assert template is not None
+        if not template.processor_expansion:
+            return template.image_text(index), (count.tokens,)
+        assert self._model is not None
+        text, runs = [], []
+        for segment in self._model.family.expand(count, self._model.settings):
+            if isinstance(segment, str):
+                text.append(segment)
+            else:
+                text.append(segment.token)
+                runs.append(segment.count)
+        return "".join(text), tuple(runs)
 
     def _fate(self, status: str, **fields: Any) -> TrainerFate:
         return TrainerFate(status=status, trainer=self._label(), **fields)  # type: ignore[arg-type]
 
-    def _slots(self, messages: tuple[Message, ...], system: str) -> list[list[tuple[str, tuple[int, ...]]]]:
+    def _slots(
+        self, messages: tuple[Message, ...], system: str, image_texts: list[str]
+    ) -> list[list[tuple[str, tuple[int, ...]]]]:
         """Each turn's elements as Template._encode forms them: (text, images in it) or a BOS/EOS mark.
 
-        An image is written once (bos + one image token + eos); its other tokens are added when counted.
+        An image is written as `image_texts` says (each run of its image token once, e.g. bos + one
+        image token + eos); the runs' other tokens are added when counted.
         """
         template = self.template
         assert template is not None
@@ -531,9 +569,7 @@ class LlamaFactoryPipeline(Pipeline):
         thought_after, thought_before = self._thoughts(contents)
         turns = []
         for index, (message, pieces) in enumerate(zip(messages, contents, strict=True)):
-            text = "".join(
-                piece if isinstance(piece, str) else template.image_text(piece) for piece in pieces
-            )
+            text = "".join(piece if isinstance(piece, str) else image_texts[piece] for piece in pieces)
             images = [piece for piece in pieces if not isinstance(piece, str)]
             elements: list[tuple[str, tuple[int, ...]]] = []
             system_text = ""
@@ -633,8 +669,11 @@ class LlamaFactoryPipeline(Pipeline):
                     bound += 2 * len(text) + 1
         return bound <= self.limit
 
-    def _encode(self, turns: list[list[tuple[str, tuple[int, ...]]]], counts: list[int]) -> list[_Turn]:
-        """Each turn's length and image spans: every string slot tokenized alone, in one batch."""
+    def _encode(
+        self, turns: list[list[tuple[str, tuple[int, ...]]]], runs: list[tuple[int, ...]]
+    ) -> list[_Turn]:
+        """Each turn's length and image spans (one per run of the image token): every string slot
+        tokenized alone, in one batch."""
         texts = [text for elements in turns for text, _ in elements if not isinstance(text, _Mark) and text]
         encoded = (
             iter(self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"])
@@ -654,13 +693,14 @@ class LlamaFactoryPipeline(Pipeline):
                 ids = next(encoded)
                 positions = [i for i, token in enumerate(ids) if token == self._image_id]
                 extra = 0
-                if len(positions) == len(images):  # else literal image tokens in the text: no spans
-                    for image, position in zip(images, positions, strict=True):
+                written = [(image, run) for image in images for run in runs[image]]
+                if len(positions) == len(written):  # else literal image tokens in the text: no spans
+                    for (image, run), position in zip(written, positions, strict=True):
                         start = length + position + extra
-                        spans.append((image, start, start + counts[image]))
-                        extra += counts[image] - 1
+                        spans.append((image, start, start + run))
+                        extra += run - 1
                 else:
-                    extra = sum(counts[image] - 1 for image in images)
+                    extra = sum(run - 1 for _, run in written)
                 length += len(ids) + extra
             result.append(_Turn(length, tuple(spans)))
         return result
