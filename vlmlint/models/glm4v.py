@@ -56,9 +56,11 @@ from vlmlint.models.base import (
     ImageCount,
     Knob,
     Run,
+    VideoCount,
     image_processor_types,
     positive_int,
 )
+from vlmlint.records import VideoMeta
 
 MAX_ASPECT_RATIO = 200
 PLACEHOLDER = "<|image|>"
@@ -290,6 +292,235 @@ def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | N
     )
 
 
+# ---- videos: transformers 5.24 Glm4vVideoProcessor (GLM-4.1V / 4.5V) and Glm46VVideoProcessor (GLM-4.6V,
+# GLM-OCR), with Glm4vProcessor's / Glm46VProcessor's replace_video_token -----------------------------
+
+VIDEO_PLACEHOLDER = "<|video|>"  # the processor's video_token (the template writes it between
+# <|begin_of_video|> and <|end_of_video|>); each frame pair becomes image tokens, not video tokens
+VIDEO_PROCESSORS = ("Glm4vVideoProcessor", "Glm46VVideoProcessor")
+# processor class -> how replace_frame_token_id writes a temporal group's timestamp after its image
+TIMESTAMP_FORMATS = {"Glm4vProcessor": "integer", "Glm46VProcessor": "seconds"}
+# Glm46VVideoProcessor.sample_frames' constants (not settings: the method's own locals)
+GLM46V_FPS_STEPS = ((30, 3), (300, 1), (2400, 0.5))  # duration up to -> target fps
+GLM46V_MAX_FRAMES = 640
+GLM46V_MAX_DURATION = 2400
+
+
+@dataclass(frozen=True)
+class GlmVideoSettings:
+    """The video processor's settings (video_config.py reads them as from_pretrained) and the processor's
+    timestamp format. shortest_edge / longest_edge bound frames x height x width (the whole clip)."""
+
+    processor: str  # Glm4vVideoProcessor or Glm46VVideoProcessor: the sampler
+    timestamps: str  # "integer" (Glm4vProcessor: "0", "1") or "seconds" (Glm46VProcessor: "0.5 seconds")
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    shortest_edge: int
+    longest_edge: int
+    do_resize: bool
+    do_sample_frames: bool
+    fps: float | None  # Glm4vVideoProcessor's requested fps (Glm46VVideoProcessor ignores it)
+    max_duration: float  # Glm4vVideoProcessor's self.max_duration (a call's max_duration is ignored)
+    placeholder: str = PLACEHOLDER  # the processor's image_token, which every frame pair repeats
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    @property
+    def glm46v(self) -> bool:
+        return self.processor == "Glm46VVideoProcessor"
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> GlmVideoSettings:
+    """The video processor's settings. Where the file names no video processor class, AutoVideoProcessor
+    infers it from its image_processor_type (Glm46VImageProcessor -> Glm46VVideoProcessor) before the
+    model type; the class defaults then lie under the file's keys."""
+    from vlmlint.models.video_config import class_defaults
+
+    processor = config.get("video_processor_type")
+    if processor is None:
+        image_type = str(config.get("image_processor_type") or "")
+        inferred = image_type.replace("ImageProcessorPil", "ImageProcessor").replace(
+            "ImageProcessorFast", "ImageProcessor"
+        )
+        inferred = inferred.replace("ImageProcessor", "VideoProcessor")
+        if inferred in VIDEO_PROCESSORS:
+            processor = inferred
+            config = {**class_defaults(inferred), **config}
+    if processor not in VIDEO_PROCESSORS:
+        raise CountError(
+            f"its video processor {processor} is not one vlmlint reproduces ({', '.join(VIDEO_PROCESSORS)})"
+        )
+    if processor_class not in TIMESTAMP_FORMATS:
+        raise CountError(f"{processor_class} with a {processor} is not a pairing vlmlint reproduces")
+    size = config.get("size") or {}
+    if not isinstance(size, dict) or not size.get("shortest_edge") or not size.get("longest_edge"):
+        raise CountError(f"`size` dict must contain 'shortest_edge' and 'longest_edge' keys but got {size}.")
+    fps = config.get("fps")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise CountError(f"video processor fps must be a positive number, got {fps!r}")
+    max_duration = config.get("max_duration", 300)
+    if isinstance(max_duration, bool) or not isinstance(max_duration, (int, float)):
+        raise CountError(f"video processor max_duration must be a number, got {max_duration!r}")
+    return GlmVideoSettings(
+        processor=processor,
+        timestamps=TIMESTAMP_FORMATS[processor_class],
+        patch_size=positive_int(config.get("patch_size", DEFAULT_PATCH_SIZE), "patch_size"),
+        merge_size=positive_int(config.get("merge_size", DEFAULT_MERGE_SIZE), "merge_size"),
+        temporal_patch_size=positive_int(
+            config.get("temporal_patch_size", DEFAULT_TEMPORAL_PATCH_SIZE), "temporal_patch_size"
+        ),
+        shortest_edge=positive_int(size["shortest_edge"], "size.shortest_edge"),
+        longest_edge=positive_int(size["longest_edge"], "size.longest_edge"),
+        do_resize=bool(config.get("do_resize", True)),
+        do_sample_frames=bool(config.get("do_sample_frames", True)),
+        fps=fps,
+        max_duration=max_duration,
+        placeholder=getattr(image_settings, "placeholder", None) or PLACEHOLDER,
+    )
+
+
+def _unique_even(indices: list[int]) -> list[int]:
+    """sample_frames' ending: duplicates dropped (first kept), the last repeated to an even count."""
+    unique = list(dict.fromkeys(indices))
+    if len(unique) & 1:
+        unique.append(unique[-1])
+    return unique
+
+
+def glm4v_sampled_indices(meta: VideoMeta, settings: GlmVideoSettings) -> tuple[list[int], str]:
+    """Glm4vVideoProcessor.sample_frames: `fps` frames a second (ceil of i * fps_video / fps) up to
+    max_duration seconds; a longer clip gets int(max_duration * fps) frames spread over it."""
+    fps = settings.fps
+    if fps is None:
+        raise CountError("the video processor has no fps to sample with (fps is None)")
+    total = meta.frames
+    last = total - 1
+    duration = meta.duration or round(last / meta.fps) + 1
+    if duration <= settings.max_duration:
+        n = max(math.floor(duration * fps), 1)
+        indices = [min(last, math.ceil(i * meta.fps / fps)) for i in range(n)]
+        mode = f"fps {fps:g} (clips up to max_duration {settings.max_duration:g} s)"
+    else:
+        samples = int(settings.max_duration * fps)
+        mode = f"{samples} frames over the clip: longer than max_duration {settings.max_duration:g} s"
+        if samples >= total:
+            indices = list(range(total))
+        else:
+            import numpy as np  # the processor's own np.linspace: the same seconds, bit for bit
+
+            seconds = np.linspace(0, duration, samples, endpoint=True)
+            indices = [min(last, math.ceil(t * meta.fps)) for t in seconds]
+    return _unique_even(indices), mode
+
+
+def glm46v_sampled_indices(meta: VideoMeta, settings: GlmVideoSettings) -> tuple[list[int], str]:
+    """Glm46VVideoProcessor.sample_frames: a target fps by duration (3 up to 30 s, 1 up to 300 s, else
+    0.5), temporal_patch_size frames per target step, at most 640 frames and 2400 s; its fps setting and
+    max_duration are not read."""
+    import numpy as np  # the processor's own np.linspace(..., dtype=int)
+
+    total = meta.frames
+    duration = meta.duration or round((total - 1) / meta.fps) + 1
+    effective = min(duration, GLM46V_MAX_DURATION)
+    target = next(
+        (fps for limit, fps in GLM46V_FPS_STEPS[:-1] if effective <= limit), GLM46V_FPS_STEPS[-1][1]
+    )
+    extract = min(int(effective * target * settings.temporal_patch_size), GLM46V_MAX_FRAMES)
+    if total < extract:
+        indices = np.linspace(0, total - 1, extract, dtype=int).tolist()
+    else:
+        indices = []
+        current = 0.0
+        step = 1 / (settings.temporal_patch_size * target)
+        max_second = int(duration)
+        per_frame = 1 / meta.fps
+        for index in range(total):
+            if index * per_frame >= current:
+                current += step
+                indices.append(index)
+                if current >= max_second:
+                    break
+    if len(indices) < extract:
+        start, end = (indices[0], indices[-1]) if indices else (0, max(total - 1, 0))
+        indices = np.linspace(start, end, extract, dtype=int).tolist()
+    elif len(indices) > extract:
+        indices = np.linspace(0, total - 1, extract, dtype=int).tolist()
+    mode = f"{target:g} fps x temporal_patch_size {settings.temporal_patch_size} (duration-based, at most {GLM46V_MAX_FRAMES} frames)"
+    return _unique_even(indices), mode
+
+
+def sampled_indices(meta: VideoMeta, settings: GlmVideoSettings) -> tuple[list[int], str]:
+    """The frame indices the video processor keeps, and the mode in words."""
+    if meta.frames < 1:
+        raise CountError("the video has no frames")
+    if not settings.do_sample_frames:
+        return list(range(meta.frames)), "every frame (do_sample_frames is false)"
+    if meta.frames_from == "frame list":
+        raise CountError(
+            "Sampling frames from a list of images is not supported! Set `do_sample_frames=False`."
+        )
+    if meta.fps is None:
+        raise CountError(
+            "Asked to sample frames per second but no video metadata was provided which is required when "
+            "sampling in GLM4V. Please pass in `VideoMetadata` object or set `do_sample_frames=False`"
+        )
+    if settings.glm46v:
+        return glm46v_sampled_indices(meta, settings)
+    return glm4v_sampled_indices(meta, settings)
+
+
+def count_video(meta: VideoMeta, settings: GlmVideoSettings) -> VideoCount:
+    """Frames sampled (de-duplicated, even), resized together by GLM's smart_resize with the clip's
+    frame count (the bounds are on frames x height x width; Qwen3-VL's copy of it is reused), padded to
+    temporal_patch_size, grid_h * grid_w / merge^2 <|image|> per temporal group. `timestamps`: each
+    group's first frame's time (index / fps, fps 24 where unknown), as replace_video_token reads them."""
+    indices, mode = sampled_indices(meta, settings)
+    frames = len(indices)
+    if frames < 1:
+        raise CountError(f"a {meta.frames}-frame video samples no frame: the processor cannot resize it")
+    height, width = meta.height, meta.width
+    if settings.do_resize:
+        height, width = qwen_vl.qwen3_smart_resize(
+            frames,
+            height,
+            width,
+            settings.temporal_patch_size,
+            settings.factor,
+            settings.shortest_edge,
+            settings.longest_edge,
+        )
+    elif height % settings.factor or width % settings.factor:
+        raise CountError(
+            f"with do_resize off, {meta.width}x{meta.height} frames are not whole blocks of "
+            f"patch_size*merge_size = {settings.factor} px: the video processor cannot cut them into patches"
+        )
+    grid_t = -(-frames // settings.temporal_patch_size)
+    grid_h, grid_w = height // settings.patch_size, width // settings.patch_size
+    tokens = grid_t * (grid_h * grid_w // settings.merge_size**2)
+    fps = 24 if meta.fps is None else meta.fps
+    times = [index / fps for index in indices][::2]  # replace_video_token's timestamps[::2]
+    times = (times + [times[-1]] * grid_t)[:grid_t]
+    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, tuple(times))
+
+
+def expand_video(count: VideoCount, settings: GlmVideoSettings) -> Expansion:
+    """replace_frame_token_id per temporal group: <|begin_of_image|>, its <|image|> tokens,
+    <|end_of_image|>, then its timestamp: int(t) (Glm4vProcessor) or f"{t:.1f} seconds" (Glm46VProcessor).
+    The template's <|begin_of_video|> / <|end_of_video|> stay around the whole."""
+    grid_t = count.grid[0]
+    per_group = count.tokens // grid_t
+    segments: list[str | Run] = []
+    for time in count.timestamps[:grid_t]:
+        stamp = str(int(time)) if settings.timestamps == "integer" else f"{time:.1f} seconds"
+        segments += [BEGIN_OF_IMAGE, Run(settings.placeholder, per_group), END_OF_IMAGE + stamp]
+    return tuple(segments)
+
+
 def trainer_template(pipeline: str, model: Any) -> str | None:
     """LLaMA-Factory registers its templates by checkpoint name: glm_ocr for GLM-OCR, glm4_5v for GLM-4.5V and
     GLM-4.6V (Glm46VProcessor), glm4v for GLM-4.1V; glm4v and glm4_5v count the same (tool formats aside)."""
@@ -308,5 +539,6 @@ FAMILY = Family.define(
     image_processor_types=image_processor_types("Glm4v") + image_processor_types("Glm46V"),
     placeholder=PLACEHOLDER, raw_image_prompt=f"{BEGIN_OF_IMAGE}{PLACEHOLDER}{END_OF_IMAGE}",
     marker_tokens=(BEGIN_OF_IMAGE, END_OF_IMAGE, PLACEHOLDER),
+    video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt=f"<|begin_of_video|>{VIDEO_PLACEHOLDER}<|end_of_video|>",
     trainer_templates={"llamafactory": ("glm4v", "glm4_5v", "glm_ocr")}, choose_trainer_template=trainer_template,
 )  # fmt: skip
