@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from functools import cache
+from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -25,7 +26,7 @@ from tests.conftest import FIXTURES, PROCESSORS, ROOT
 from vlmlint.cli import app
 from vlmlint.config import build_config
 from vlmlint.engine import Scanner
-from vlmlint.models import load_model
+from vlmlint.models import glm4v, load_model, qwen_omni
 from vlmlint.pipelines import PipelineError, load_pipeline
 from vlmlint.pipelines.llamafactory import LlamaFactoryPipeline, infer_seqlen, preprocess_size
 from vlmlint.readers import DatasetError, iter_samples
@@ -375,6 +376,25 @@ def test_default_templates_by_model():
     assert LlamaFactoryPipeline._default_template(_model("glm-4.6v")) == "glm4_5v"
     assert LlamaFactoryPipeline._default_template(_model("ernie-4.5-vl-28b-a3b")) == "ernie_vl"
     assert LlamaFactoryPipeline._default_template(_model("llama-4-scout-17b-16e-instruct")) == "llama4"
+
+
+@pytest.mark.parametrize(
+    ("module", "processor_class", "name", "template"),
+    [
+        (qwen_omni, "Qwen3OmniMoeProcessor", "Qwen/Qwen3-Omni-30B-A3B-Thinking", "qwen3_omni"),
+        (qwen_omni, "Qwen3OmniMoeProcessor", "Qwen/Qwen3-Omni-30B-A3B-Captioner", "qwen3_omni_nothink"),
+        (qwen_omni, "Qwen2_5OmniProcessor", "Qwen/Qwen2.5-Omni-7B", "qwen2_omni"),
+        (glm4v, "Glm4vProcessor", "zai-org/GLM-4.1V-9B-Thinking", "glm4v"),
+        (glm4v, "Glm4vProcessor", "zai-org/GLM-4.5V", "glm4_5v"),
+        (glm4v, "Glm46VProcessor", "zai-org/GLM-OCR", "glm_ocr"),
+        (glm4v, "Glm46VProcessor", "./my-glm", "glm4_5v"),
+    ],
+)
+def test_templates_chosen_by_checkpoint_name(module, processor_class, name, template):
+    """extras/constants.py registers these by checkpoint name, several per processor class."""
+    model = SimpleNamespace(processor_class=processor_class, checkpoint=None, name=name)
+    assert module.trainer_template("llamafactory", model) == template
+    assert template in module.FAMILY.trainer_templates["llamafactory"]
 
 
 def test_train_on_prompt_is_refused_for_an_efficient_eos_template_chosen_by_model():

@@ -202,9 +202,16 @@ def shrink_hint(height: int, width: int, limit: float, settings: Any) -> str | N
 
 
 def trainer_template(pipeline: str, model: Any) -> str | None:
-    """LLaMA-Factory registers qwen3_omni_nothink for Qwen3-Omni Instruct and qwen2_omni for Qwen2.5-Omni."""
+    """LLaMA-Factory registers qwen2_omni for Qwen2.5-Omni, qwen3_omni (a ReasoningTemplate) for
+    Qwen3-Omni Thinking and qwen3_omni_nothink for the other Qwen3-Omni checkpoints, by name."""
     del pipeline
-    return "qwen3_omni_nothink" if model.processor_class == "Qwen3OmniMoeProcessor" else "qwen2_omni"
+    if model.processor_class != "Qwen3OmniMoeProcessor":
+        return "qwen2_omni"
+    return (
+        "qwen3_omni"
+        if "thinking" in f"{model.checkpoint or ''} {model.name}".lower()
+        else "qwen3_omni_nothink"
+    )
 
 
 FAMILY = Family.define(
@@ -213,6 +220,6 @@ FAMILY = Family.define(
     image_processor_types=image_processor_types("Qwen2VL"), placeholder=QWEN25_IMAGE,
     raw_image_prompt=f"{QWEN25_BOS}{QWEN25_IMAGE}{QWEN25_EOS}",
     marker_tokens=(QWEN25_BOS, QWEN25_EOS, QWEN25_IMAGE, "<|AUDIO|>", "<|VIDEO|>", "<|audio_bos|>", "<|audio_eos|>"),
-    trainer_templates={"llamafactory": ("qwen2_omni", "qwen3_omni_nothink")},
+    trainer_templates={"llamafactory": ("qwen2_omni", "qwen3_omni_nothink", "qwen3_omni")},
     choose_trainer_template=trainer_template,
 )  # fmt: skip

@@ -507,6 +507,6 @@ FAMILY = Family.define(
     image_processor_types=image_processor_types("Qwen2VL"), placeholder=PLACEHOLDER,
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>", marker_tokens=("<|vision_start|>",),
     video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt="<|vision_start|><|video_pad|><|vision_end|>",
-    trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink")},
+    trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink", "qwen3_vl")},
     choose_trainer_template=trainer_template,
 )  # fmt: skip

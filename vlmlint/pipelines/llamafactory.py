@@ -13,7 +13,7 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   turn's string slots with its own `tokenizer.encode(..., add_special_tokens=False)`; turn 0 carries
   the prefix and the system slot (the template's default_system when the row has none);
   `Llama2Template` (llava_next_mistral) puts the system text inside the first user slot;
-  `ReasoningTemplate.encode_multiturn` (glm4v, glm4_5v, ernie_vl) removes the answers' thought blocks
+  `ReasoningTemplate.encode_multiturn` (glm4v, glm4_5v, ernie_vl, qwen3_vl, qwen3_omni) removes the answers' thought blocks
   (`remove_thought`: all of them when enable_thinking is off, the earlier answers with mask_history
   unless preserve_thinking) and, to each pair whose answer names neither thought word (the last pair
   only with mask_history), adds the empty thought `add_thought()` encoded on its own: before the
@@ -157,6 +157,17 @@ TEMPLATES: dict[str, LfTemplate] = {
             vision_eos="<|vision_end|>",
         ),
         LfTemplate(
+            "qwen3_vl",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            plugin="qwen3_vl",
+            image_token="<|image_pad|>",
+            vision_bos="<|vision_start|>",
+            vision_eos="<|vision_end|>",
+            reasoning=True,
+        ),
+        LfTemplate(
             "qwen2_omni",
             _CHATML_USER,
             _CHATML_ASSISTANT,
@@ -219,6 +230,17 @@ TEMPLATES: dict[str, LfTemplate] = {
             processor_expansion=True,
         ),
         LfTemplate(
+            "qwen3_omni",
+            _CHATML_USER,
+            _CHATML_ASSISTANT,
+            _CHATML_SYSTEM,
+            plugin="qwen2_omni",
+            image_token="<|image_pad|>",
+            vision_bos="<|vision_start|>",
+            vision_eos="<|vision_end|>",
+            reasoning=True,
+        ),
+        LfTemplate(
             "llava",
             ("USER: {{content}} ASSISTANT:",),
             ("{{content}}", EOS),
@@ -265,7 +287,6 @@ NOT_REPRODUCED: dict[str, tuple[str, str]] = {
     "minicpm_v_4_6": ("MiniCPMV4_6Plugin", "the plugin's slice expansion and image ids"),
     "kimi_vl": ("KimiVLPlugin", "the Kimi-VL turns and the plugin's <|media_pad|> expansion"),
     "lfm2_vl": ("LFMVLPlugin", "the LFM2 turns and the plugin's tile and thumbnail expansion"),
-    "qwen3_omni": ("Qwen2OmniPlugin", "a ReasoningTemplate and the Omni plugin's expansion"),
     "intern_vl": ("InternVLPlugin", "the InternVL turns and the plugin's <img> ... </img> tile expansion"),
     "paligemma": ("PaliGemmaPlugin", "the plugin's image tokens before BOS and its token_type_ids"),
     "pixtral": ("PixtralPlugin", "the plugin's [IMG_BREAK] rows"),
