@@ -23,6 +23,14 @@ images_kwargs of its own, so the image processor's attributes, overridden by the
 kwargs (tokenizer_config.json) where they name max_soft_tokens, patch_size, pooling_kernel_size or
 do_resize. max_soft_tokens must be one of 70, 140, 280, 560, 1120 (the image processor raises
 otherwise); processor_config.json's image_seq_length (280) is not used for images at all.
+
+Videos (`Gemma4VideoProcessor` in video_processing_gemma4.py, `BaseVideoProcessor.sample_frames` and
+video_utils.default_sample_indices_fn; `Gemma4Processor.replace_video_token`): the template's
+`<|video|>` becomes, for each kept frame, "MM:SS " + boi + `<|video|>` x soft tokens + eoi, joined by
+spaces, MM:SS from the frame's index / fps (24 when the video has no fps). Each frame is resized by the
+same get_aspect_ratio_preserving_size within the video processor's own budget (max_soft_tokens 70 by
+default). The sampler keeps num_frames frames (32 by default: a shorter clip is refused) or, only when
+num_frames is unset, max(1, int(total / fps * fps_wanted)); both set: refused.
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ from vlmlint.models.base import (
     Family,
     ImageCount,
     Run,
+    VideoCount,
     image_processor_types,
     no_knob,
     positive_int,
 )
+from vlmlint.records import VideoMeta
 
 DEFAULT_IMAGE_TOKEN = "<|image|>"
 DEFAULT_BOI_TOKEN = "<|image>"
@@ -228,8 +238,140 @@ size_knob = no_knob(
 )
 
 
+# ---- videos: transformers 5.24 Gemma4VideoProcessor through Gemma4Processor ------------------------
+
+VIDEO_PROCESSOR = "Gemma4VideoProcessor"
+VIDEO_TOKEN = "<|video|>"  # Gemma4Processor.__init__ adds it to the tokenizer and writes it itself
+DEFAULT_VIDEO_FPS = 24  # replace_video_token's stand-in for a video without fps
+
+
+@dataclass(frozen=True)
+class Gemma4VideoSettings:
+    """The video processor's settings (vlmlint/models/video_config.py reads them as from_pretrained) and
+    the tokenizer's boi / eoi tokens around each frame."""
+
+    patch_size: int = DEFAULT_PATCH_SIZE
+    pooling_kernel_size: int = DEFAULT_POOLING_KERNEL_SIZE
+    max_soft_tokens: int = 70
+    do_resize: bool = True
+    do_sample_frames: bool = True
+    num_frames: int | None = 32
+    fps: float | None = None
+    boi_token: str = DEFAULT_BOI_TOKEN
+    eoi_token: str = DEFAULT_EOI_TOKEN
+
+    def frame_settings(self) -> Gemma4Settings:
+        """The image arithmetic's settings for one frame (the same resize, the video's budget)."""
+        return Gemma4Settings(self.patch_size, self.pooling_kernel_size, self.max_soft_tokens, self.do_resize)
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> Gemma4VideoSettings:
+    """Gemma4VideoProcessor's settings; its __init__ refuses a max_soft_tokens outside the supported set."""
+    processor = config.get("video_processor_type")
+    if processor != VIDEO_PROCESSOR:
+        raise CountError(f"its video processor {processor} is not one vlmlint reproduces ({VIDEO_PROCESSOR})")
+    if processor_class != "Gemma4Processor":
+        raise CountError(f"{processor_class} with a {processor} is not a pairing vlmlint reproduces")
+    max_soft_tokens = config.get("max_soft_tokens", 70)
+    if max_soft_tokens not in SUPPORTED_SOFT_TOKENS:
+        raise CountError(f"`max_soft_tokens` must be one of {SUPPORTED_SOFT_TOKENS}, got {max_soft_tokens}.")
+    fps, num_frames = config.get("fps"), config.get("num_frames")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise CountError(f"video processor fps must be a positive number, got {fps!r}")
+    return Gemma4VideoSettings(
+        patch_size=positive_int(config.get("patch_size", DEFAULT_PATCH_SIZE), "patch_size"),
+        pooling_kernel_size=positive_int(
+            config.get("pooling_kernel_size", DEFAULT_POOLING_KERNEL_SIZE), "pooling_kernel_size"
+        ),
+        max_soft_tokens=max_soft_tokens,
+        do_resize=bool(config.get("do_resize", True)),
+        do_sample_frames=bool(config.get("do_sample_frames")),
+        num_frames=None if num_frames is None else positive_int(num_frames, "num_frames"),
+        fps=fps,
+        boi_token=image_settings.boi_token,
+        eoi_token=image_settings.eoi_token,
+    )
+
+
+def sampled_indices(meta: VideoMeta, settings: Gemma4VideoSettings) -> tuple[list[int], str]:
+    """The frame indices BaseVideoProcessor.sample_frames keeps (default_sample_indices_fn), in words too."""
+    total = meta.frames
+    if not settings.do_sample_frames:
+        return list(range(total)), "every frame (do_sample_frames is false)"
+    num_frames, fps = settings.num_frames, settings.fps
+    if num_frames is not None and fps is not None:
+        raise CountError("`num_frames` and `fps` are mutually exclusive arguments, please use only one!")
+    if num_frames is not None:
+        mode = f"num_frames {num_frames}"
+    elif fps is not None:
+        if meta.fps is None:
+            raise CountError(
+                f"Asked to sample `fps` frames per second but no original FPS was provided in video metadata "
+                f"which is required when sampling with `{fps}` (a {meta.frames_from or 'video'} has no fps)"
+            )
+        num_frames = max(1, int(total / meta.fps * fps))
+        mode = f"fps {fps:g}"
+    else:
+        return list(range(total)), "every frame (do_sample_frames without fps or num_frames)"
+    if num_frames > total:
+        raise CountError(
+            f"When loading the video with num_frames={num_frames}, the requested number of frames "
+            f"exceeds total_num_frames={total}. Please set num_frames or fps to a smaller value."
+        )
+    return [i * total // num_frames for i in range(num_frames)], mode  # np.arange(k) * total // k
+
+
+def count_video(meta: VideoMeta, settings: Gemma4VideoSettings) -> VideoCount:
+    """Every kept frame resized as an image within the video budget; its soft tokens are
+    patches // pooling_kernel_size**2 (the same count for every frame). timestamps: each frame's seconds."""
+    indices, mode = sampled_indices(meta, settings)
+    if not indices:
+        raise CountError("the video has no frames")
+    if meta.height < 1 or meta.width < 1:
+        raise CountError(f"frame size {meta.width}x{meta.height} is empty")
+    frame = settings.frame_settings()
+    if settings.do_resize:
+        height, width = aspect_ratio_preserving_size(meta.height, meta.width, frame)
+    else:
+        height, width = meta.height, meta.width
+        if height % settings.patch_size or width % settings.patch_size:
+            # convert_video_to_patches reshapes the frames into whole patches: torch refuses the rest
+            raise CountError(
+                f"with do_resize off, frames of {width}x{height} are not whole {settings.patch_size}-px "
+                "patches: the video processor cannot cut them into patches"
+            )
+    rows, cols = height // settings.patch_size, width // settings.patch_size
+    per_frame = rows * cols // settings.pooling_kernel_size**2
+    fps = meta.fps if meta.fps is not None else DEFAULT_VIDEO_FPS
+    timestamps = tuple(index / fps for index in indices)
+    return VideoCount(
+        len(indices), height, width, (len(indices), rows, cols), per_frame * len(indices), mode, timestamps
+    )
+
+
+def _stamp(seconds: float) -> str:
+    """replace_video_token's MM:SS (minutes keep counting past the hour)."""
+    return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+
+
+def expand_video(count: VideoCount, settings: Gemma4VideoSettings) -> Expansion:
+    """`replace_video_token`: per frame "MM:SS " boi, its soft-token run, eoi; frames joined by a space."""
+    per_frame = count.tokens // count.frames
+    segments: list[str | Run] = []
+    for position, seconds in enumerate(count.timestamps):
+        segments += [
+            f"{' ' if position else ''}{_stamp(seconds)} {settings.boi_token}",
+            Run(VIDEO_TOKEN, per_frame),
+            settings.eoi_token,
+        ]
+    return tuple(segments)
+
+
 FAMILY = Family.define(
     __name__, name="gemma4", title="Gemma 4", processor_classes=("Gemma4Processor",),
     image_processor_types=image_processor_types("Gemma4"), placeholder=DEFAULT_IMAGE_TOKEN,
     marker_tokens=(DEFAULT_IMAGE_TOKEN, DEFAULT_BOI_TOKEN, DEFAULT_EOI_TOKEN),
+    video_placeholder=VIDEO_TOKEN,
 )  # fmt: skip
