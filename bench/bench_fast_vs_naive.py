@@ -134,7 +134,7 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import real_processor
 
-    from vlmlint.template_cache import conversation_for_template
+    from vlmlint.template_cache import conversation_for_template, without_media
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -163,7 +163,9 @@ def naive_loop(manifest: Path, model: str, outcomes, built=None) -> tuple[dict[i
                 with Image.open(io.BytesIO(ref.data) if ref.data else ref.path) as image:
                     images.append(ImageOps.exif_transpose(image).convert("RGB"))
             if processor.chat_template is not None:
-                text = processor.apply_chat_template(conversation_for_template(sample.messages))
+                text = processor.apply_chat_template(
+                    conversation_for_template(without_media(sample.messages))
+                )
             else:
                 text = outcome.result.sample.messages  # not reached for the benchmarked models
             # one row's images as one sample (a flat list is one image per sample for some processors)

@@ -6,7 +6,7 @@ from tests.conftest import DATASETS, real_processor
 from vlmlint.config import ScanConfig, build_config
 from vlmlint.engine import Scanner
 from vlmlint.models import load_model, profiles
-from vlmlint.template_cache import conversation_for_template
+from vlmlint.template_cache import conversation_for_template, without_media
 
 
 def scan_equals_real_processor(
@@ -27,7 +27,7 @@ def scan_equals_real_processor(
         if result.seq_len is None:
             continue
         sample = result.sample
-        text = processor.apply_chat_template(conversation_for_template(sample.messages))
+        text = processor.apply_chat_template(conversation_for_template(without_media(sample.messages)))
         images = [_decode(ref) for ref in sample.images]
         output = processor(text=[text], images=[images] if images else None, return_tensors=None)
         ids = list(output["input_ids"][0])

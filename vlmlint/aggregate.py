@@ -53,6 +53,9 @@ class Summary:
     media_rows: int = 0
     videos: int = 0
     audios: int = 0
+    # Videos counted (per video: its placeholder tokens), and how each was sampled ("qwen-vl: fps 2 ...").
+    video_tokens: array = field(default_factory=lambda: array("q"))
+    video_modes: Counter = field(default_factory=Counter)
     verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
     verify_disagreements: int = 0
     verify_skipped: str | None = None  # why --verify could not recheck any row
@@ -69,6 +72,10 @@ class Summary:
         if result.seq_len is not None:
             self.seq_lens.append(result.seq_len)
         self.image_tokens.extend(t for t in result.image_tokens if t is not None)
+        for info in result.media:
+            if info.tokens is not None:
+                self.video_tokens.append(info.tokens)
+                self.video_modes[info.counted_by] += 1
         uncounted = [info for info in result.media if info.tokens is None]
         if uncounted:  # the media vlmlint could not count (VLM109)
             self.media_rows += 1
@@ -154,6 +161,12 @@ class Summary:
             | ({"not_run": self.verify_skipped} if self.verify_skipped else {}),
             # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
             "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
+            # Videos counted from their headers: tokens per video, and each sampling mode's count.
+            "videos_counted": {
+                "videos": len(self.video_tokens),
+                "tokens_per_video": percentiles(self.video_tokens),
+                "modes": dict(sorted(self.video_modes.items())),
+            },
         }
 
 

@@ -110,6 +110,8 @@ class Checkpoint:
         summary.seq_lens = totals["seq_lens"]
         summary.image_tokens = totals["image_tokens"]
         summary.media_rows, summary.videos, summary.audios = totals["media"]
+        summary.video_tokens = totals["video_tokens"]
+        summary.video_modes = Counter(totals["video_modes"])
         self.restored_findings_rows = totals["samples_with_findings"]
         self._restored_size = size
         self._start_log(truncate_to=size)
@@ -168,6 +170,9 @@ class Checkpoint:
             "seq_lens": lengths(totals.get("seq_lens"), "seq_lens"),
             "image_tokens": lengths(totals.get("image_tokens"), "image_tokens"),
             "media": tuple(count(media.get(k, 0), f"media {k}") for k in ("rows", "videos", "audios")),
+            # (absent from checkpoints written before videos were counted: none were)
+            "video_tokens": lengths(totals.get("video_tokens", ""), "video_tokens"),
+            "video_modes": table(totals.get("video_modes", {}), "video_modes"),
         }
         return size, position, checked
 
@@ -292,6 +297,8 @@ class Checkpoint:
                     "videos": summary.videos,
                     "audios": summary.audios,
                 },
+                "video_tokens": base64.b64encode(summary.video_tokens.tobytes()).decode(),
+                "video_modes": dict(summary.video_modes),
             },
         }
         write_atomic(self.path, orjson.dumps(state))

@@ -316,7 +316,8 @@ class Scanner:
         counts = []
         for position, info in enumerate(videos, start=1):
             try:
-                counts.append(self.family.count_video(info.video, self.model.video_settings))
+                # (video_sampling "transformers": the clip as its default reader, torchcodec, decodes it)
+                counts.append(self.family.count_video(info.video.as_torchcodec(), self.model.video_settings))
             except CountError as exc:
                 raise CountError(f"video {position} ({info.reference}): {exc}") from None
         counted = iter(counts)
@@ -512,6 +513,8 @@ class Scanner:
         prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media, videos=videos)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
+        if videos and sum(part.media == "video" for m in sample.messages for part in m.parts) != len(videos):
+            return prepared  # as for images: the reader's VLM301 says the placeholders do not match
         if self.model.tokenizer is None:
             return prepared  # a vision encoder without a text side: image counts only
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
@@ -185,6 +185,16 @@ class VideoMeta:
     header_frames: int = 0
     frames_from: str = "header"  # "header", "packets" (demuxed and counted) or "frame list"
     stream_duration: float | None = None  # seconds
+    # frames / the span of their timestamps: the fps torchcodec (transformers' default reader) reports
+    content_fps: float | None = None
+
+    def as_torchcodec(self) -> VideoMeta:
+        """The clip as transformers 5.24's default video reader gives it to a video processor (torchcodec
+        in exact mode, tests/test_video_probe.py): frames turned upright (a 90/270 rotation swaps the
+        sides) and the fps measured over the frames' timestamps."""
+        width, height = (self.height, self.width) if self.rotation in (90, 270) else (self.width, self.height)
+        fps = self.content_fps if self.content_fps is not None else self.fps
+        return replace(self, width=width, height=height, fps=fps, rotation=0)
 
 
 @dataclass(frozen=True)

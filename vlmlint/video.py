@@ -13,6 +13,12 @@ load it. From the container's first video stream, as transformers 5.24's `read_v
   demuxing (`container.demux(stream)`, no decode; `frames_from="packets"`): one packet holds one
   frame in these containers (tests/test_video_probe.py checks it against a full decode of every
   fixture clip). Counting packets reads the whole file: its cost grows with the file's size.
+- `content_fps` is the frame rate torchcodec reports in its exact mode (transformers 5.24's default
+  video reader, which every video processor uses): the packets over the span of their timestamps
+  (first pts to the last one's pts + duration), read by demuxing every packet without decoding.
+  It equals `average_rate` for most MP4s but not all (29.97 fps in the last bits), and differs in
+  MKV/WebM (60.06 for a 60 fps MKV); tests/test_video_probe.py checks it bit for bit against
+  torchcodec's records (fixtures/clips_torchcodec.yaml). Demuxing reads the whole file.
 - `fps` is `float(stream.average_rate)` (None when the header has none); `duration` is
   `frames / fps`, the figure `read_video_pyav` computes (`total_num_frames / video_fps`) and the
   samplers use; `stream_duration` is what the stream header says (`stream.duration * time_base`,
@@ -81,10 +87,12 @@ def probe_video(source: Source) -> VideoMeta:
             )
             formats = set(container.format.name.split(","))
             if header_frames:
-                frames, frames_from = header_frames, "header"
                 _check_index(stream, size)
+            packets, span = _scan_packets(container, stream)
+            if header_frames:
+                frames, frames_from = header_frames, "header"
             else:
-                frames, frames_from = _count_packets(container, stream), "packets"
+                frames, frames_from = packets, "packets"
             if frames == 0:
                 raise VideoProbeError("the video stream holds no frame")
         rotation = _rotation(handle, formats)
@@ -101,6 +109,7 @@ def probe_video(source: Source) -> VideoMeta:
         header_frames=header_frames,
         frames_from=frames_from,
         stream_duration=stream_duration,
+        content_fps=packets / span if span else None,
     )
 
 
@@ -146,18 +155,30 @@ def _check_index(stream, size: int) -> None:
         )
 
 
-def _count_packets(container, stream) -> int:
-    """The stream's packets, demuxed without decoding (the last, empty one flushes the demuxer)."""
+def _scan_packets(container, stream) -> tuple[int, float | None]:
+    """The stream's packets, demuxed without decoding (the last, empty one flushes the demuxer), and the
+    span of their timestamps in seconds: from the first pts to the end of the last (pts + duration),
+    as torchcodec's exact-mode scan measures it (None without timestamps)."""
     import av
 
     count = 0
+    first = end = None
+    base = stream.time_base
     try:
         for packet in container.demux(stream):
-            if packet.size:
-                count += 1
+            if not packet.size:
+                continue
+            count += 1
+            if packet.pts is None or base is None:
+                continue
+            start = float(packet.pts * base)
+            stop = float((packet.pts + (packet.duration or 0)) * base)
+            first = start if first is None or start < first else first
+            end = stop if end is None or stop > end else end
     except av.FFmpegError as exc:
         raise VideoProbeError(f"the video stream cannot be read to its end ({_reason(exc)})") from None
-    return count
+    span = end - first if first is not None and end is not None and end > first else None
+    return count, span
 
 
 # -- the display matrix, from the container header -------------------------------------------------------------

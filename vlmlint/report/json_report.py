@@ -67,16 +67,32 @@ def row_record(outcome: RowOutcome) -> dict[str, Any]:
             for info in result.images
         ],
         "image_tokens": result.image_tokens,
-        # Videos and audio clips, not counted yet (VLM109): then seq_len and text_tokens are lower bounds.
-        "media": [
-            {"kind": info.kind, "path": info.reference, "frames": info.frames, "error": info.error_code}
-            for info in result.media
-        ],
+        # Videos and audio clips; one with tokens null is not counted (VLM109): seq_len is then a lower bound.
+        "media": [_media_record(info) for info in result.media],
         "lengths_lower_bound": result.lengths_lower_bound,
         "text_tokens": result.text_tokens,
         "seq_len": result.seq_len,
         "trainer": _fate_record(result.trainer),
         "findings": [finding.code for finding in outcome.findings],
+    }
+
+
+def _media_record(info: Any) -> dict[str, Any]:
+    """One clip: its header facts (a video's frames, fps, size), the frames sampled and its tokens."""
+    video = info.video
+    return {
+        "kind": info.kind,
+        "path": info.reference,
+        "frames": video.frames if video is not None else info.frames,
+        "frames_from": video.frames_from if video is not None else None,
+        "fps": video.fps if video is not None else None,
+        "duration": video.duration if video is not None else None,
+        "width": video.width if video is not None else None,
+        "height": video.height if video is not None else None,
+        "sampled_frames": info.sampled,
+        "tokens": info.tokens,
+        "counted_by": info.counted_by,
+        "error": info.error_code,
     }
 
 

@@ -36,8 +36,18 @@ def media_line(summary: Summary) -> str:
         if n
     ]
     return (
-        f"media not counted: {summary.media_rows} row(s) hold {' and '.join(named)}, which vlmlint does not "
-        "count yet: their sequence lengths (and the percentiles above) are lower bounds"
+        f"media not counted: {summary.media_rows} row(s) hold {' and '.join(named)} vlmlint does not count "
+        "(VLM109 says why): their sequence lengths (and the percentiles above) are lower bounds"
+    )
+
+
+def videos_line(summary: Summary) -> str:
+    """The summary's line for the videos counted: how many, their tokens, and how frames were sampled."""
+    tokens = sorted(summary.video_tokens)
+    modes = "; ".join(f"{mode} ({n})" for mode, n in sorted(summary.video_modes.items()))
+    return (
+        f"videos counted: {len(tokens)}, {tokens[len(tokens) // 2]} tokens median, {tokens[-1]} max; "
+        f"frames sampled as: {modes}"
     )
 
 
@@ -97,6 +107,8 @@ def render_text(
     console.print(f"rows scanned: {summary.samples}   rows with findings: {summary.samples_with_findings}")
     if counted_by:
         console.print(f"counted by: {counted_by}", soft_wrap=True)
+    if summary.video_tokens:
+        console.print(videos_line(summary), soft_wrap=True)
     if summary.media_rows:
         console.print(media_line(summary), style="yellow", soft_wrap=True)
     if incomplete:
