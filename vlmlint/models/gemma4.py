@@ -332,10 +332,14 @@ def count_video(meta: VideoMeta, settings: Gemma4VideoSettings) -> VideoCount:
     if meta.height < 1 or meta.width < 1:
         raise CountError(f"frame size {meta.width}x{meta.height} is empty")
     frame = settings.frame_settings()
+    height, width = meta.height, meta.width
+    if meta.frames_from == "frame list" and height in (1, 3):
+        # A frame list reaches the processor as (frames, H, W, 3) arrays, and infer_channel_dimension_format
+        # takes a height of 1 or 3 for the channels: each frame is then read as W px high and 3 px wide.
+        height, width = width, 3
     if settings.do_resize:
-        height, width = aspect_ratio_preserving_size(meta.height, meta.width, frame)
+        height, width = aspect_ratio_preserving_size(height, width, frame)
     else:
-        height, width = meta.height, meta.width
         if height % settings.patch_size or width % settings.patch_size:
             # convert_video_to_patches reshapes the frames into whole patches: torch refuses the rest
             raise CountError(
