@@ -496,9 +496,13 @@ def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:
 
 
 def trainer_template(pipeline: str, model: Any) -> str | None:
-    """LLaMA-Factory registers qwen3_vl_nothink for Qwen3-VL and qwen2_vl for Qwen2-VL / Qwen2.5-VL."""
+    """LLaMA-Factory registers qwen3_vl for the Qwen3-VL Thinking checkpoints, qwen3_vl_nothink for the
+    other Qwen3-VL ones, and qwen2_vl for Qwen2-VL / Qwen2.5-VL (extras/constants.py, by name)."""
     del pipeline
-    return "qwen3_vl_nothink" if model.processor_class == "Qwen3VLProcessor" else "qwen2_vl"
+    if model.processor_class != "Qwen3VLProcessor":
+        return "qwen2_vl"
+    names = f"{model.checkpoint or ''} {model.name}".lower()
+    return "qwen3_vl" if "thinking" in names else "qwen3_vl_nothink"
 
 
 FAMILY = Family.define(
