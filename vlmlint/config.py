@@ -42,6 +42,7 @@ THRESHOLD_RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "near_limit_share": (0.0, 1.0, False, True),
     "max_image_tokens_per_image": (1, 1_000_000_000, True, False),
     "max_image_tokens_per_row": (1, 1_000_000_000, True, False),
+    "max_video_tokens_per_video": (1, 1_000_000_000, True, False),
     "heavy_resize_factor": (1.0, 1_000_000.0, False, False),
     "tiny_image_side": (1, 100_000, True, False),
     "tiny_upscale_factor": (1.0, 1_000_000.0, False, False),

@@ -327,6 +327,7 @@ class Scanner:
                 tokens=(count := next(counted)).tokens,
                 sampled=count.frames,
                 counted_by=f"{self.family.name}: {count.mode}",
+                capped=count.capped,
             )
             if info.kind == "video"
             else info

@@ -216,6 +216,7 @@ class MediaInfo:
     tokens: int | None = None
     sampled: int | None = None
     counted_by: str | None = None
+    capped: str | None = None  # the sampler keeps fewer frames than its rate asks for, and why (VLM212)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "near_limit_share": (0.9, "VLM405: warn when a row uses more than this share of the length limit"),
     "max_image_tokens_per_image": (16384, "VLM406: image tokens above which one image is a memory risk"),
     "max_image_tokens_per_row": (32768, "VLM406: image tokens above which a row is a memory risk"),
+    "max_video_tokens_per_video": (16384, "VLM409: video tokens above which one video is a memory risk"),
     "heavy_resize_factor": (16.0, "VLM208: area shrunk or grown by more than this factor"),
     "tiny_image_side": (28, "VLM204: images with a side below this many pixels are upscaled a lot"),
     "tiny_upscale_factor": (

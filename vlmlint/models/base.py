@@ -61,6 +61,8 @@ class VideoCount:
     tokens: int
     mode: str
     timestamps: tuple[float, ...] = ()
+    # Why the sampler keeps fewer frames than its rate asks for (its max_frames), in words; None: it does not.
+    capped: str | None = None
 
 
 @dataclass(frozen=True)

@@ -308,6 +308,17 @@ def arange_length(stop: float, step: float) -> int:
     return max(0, math.ceil(stop / step))
 
 
+def _capped(wanted: float, kept: int, meta: VideoMeta, fps: float, max_frames: int) -> str | None:
+    """The words for a sampler that keeps max_frames where its rate asks for more frames."""
+    if kept >= max_frames and wanted > max_frames and meta.fps:
+        seconds = meta.frames / meta.fps
+        return (
+            f"fps {fps:g} over {seconds:.1f} s asks for {wanted:.0f} frames; max_frames {max_frames} keeps "
+            f"{kept} (one every {seconds / kept:.2f} s)"
+        )
+    return None
+
+
 def sampled_frames(meta: VideoMeta, settings: QwenVideoSettings) -> tuple[int, str]:
     """How many frames Qwen2VLVideoProcessor keeps (sample_frames), and the mode in words."""
     total = meta.frames
@@ -443,7 +454,12 @@ def _count_video_qwen3(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCou
     grid_h, grid_w = height // settings.patch_size, width // settings.patch_size
     tokens = grid_t * grid_h * grid_w // settings.merge_size**2
     timestamps = _qwen3_timestamps(indices, meta.fps, settings.temporal_patch_size)
-    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, timestamps)
+    capped = None
+    if settings.do_sample_frames and settings.num_frames is None and settings.fps is not None and meta.fps:
+        capped = _capped(
+            meta.frames / meta.fps * settings.fps, frames, meta, settings.fps, settings.max_frames
+        )
+    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, timestamps, capped)
 
 
 def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
@@ -455,6 +471,12 @@ def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
     frames, mode = sampled_frames(meta, settings)
     if frames < 1:
         raise CountError("the video has no frames")
+    capped = None
+    if settings.do_sample_frames and settings.num_frames is None and settings.fps is not None and meta.fps:
+        max_frames = (
+            math.floor(settings.max_frames / settings.temporal_patch_size) * settings.temporal_patch_size
+        )
+        capped = _capped(meta.frames / meta.fps * settings.fps, frames, meta, settings.fps, max_frames)
     height, width = meta.height, meta.width
     if settings.do_resize:
         max_pixels = settings.max_pixels
@@ -472,7 +494,7 @@ def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
         )
     grid_t = -(-frames // settings.temporal_patch_size)
     tokens = grid_t * grid_h * grid_w // settings.merge_size**2
-    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode)
+    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, capped=capped)
 
 
 def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:

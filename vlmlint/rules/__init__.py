@@ -50,7 +50,7 @@ from vlmlint.rules.rows import (
     UnknownLayout,
 )
 from vlmlint.rules.trainer import TrainerCrash, TrainerDropsRow, TrainerRaises, TrainerTruncatesAnswer
-from vlmlint.rules.video import RotatedVideo, VideoFramesUnknown
+from vlmlint.rules.video import RotatedVideo, VideoFramesCapped, VideoFramesUnknown, VideoTokenBudget
 
 ALL_RULES: tuple[type[Rule], ...] = (
     MalformedRow,
@@ -72,6 +72,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     HeavyResize,
     VideoFramesUnknown,
     RotatedVideo,
+    VideoFramesCapped,
     PlaceholderCountMismatch,
     PreExpandedTokens,
     PlaceholderInAnswer,
@@ -85,6 +86,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ImageTokenBudget,
     NothingToTrain,
     OversizedText,
+    VideoTokenBudget,
     ImageTokenFeatureMismatch,
     PositionIdsShape,
     LengthMismatch,

@@ -3,7 +3,9 @@
 VLM210 video-frames-unknown: an MKV/WebM header without a frame count, which the PyAV-based readers
 (transformers 5.24's read_video_pyav, LLaMA-Factory 0.9.5's mm_plugin, ms-swift's load_video_llava)
 read as 0 frames. VLM211 rotated-video: a display-matrix rotation, which torchcodec (>= 0.11)
-applies and the PyAV, decord and torchvision readers do not.
+applies and the PyAV, decord and torchvision readers do not. VLM212 video-frames-capped: the
+sampler's max_frames keeps fewer frames than its rate asks for. VLM409 video-token-budget: one
+video above max_video_tokens_per_video.
 """
 
 from __future__ import annotations
@@ -110,6 +112,79 @@ class RotatedVideo(Rule):
                 f"re-encode it with the rotation applied: ffmpeg -i {_quoted(info.reference)} -c:a copy "
                 f"{_quoted(_as_mp4(info.reference, '_upright'))}",
             )
+
+
+class VideoFramesCapped(Rule):
+    """The sampler keeps fewer frames of a long video than its frame rate asks for (its max_frames).
+
+    **Why** A video processor that samples at a rate (Qwen2-VL with do_sample_frames, Qwen3-VL: fps 2)
+    stops at `max_frames` (768 by default): past 384 s at 2 fps, the frames it keeps are spread over
+    the whole clip, one every few seconds, so the model sees fewer frames per second than it was
+    trained on, and short events can fall between two frames. The row still trains; its tokens are
+    counted as the processor keeps them.
+
+    **Example** A 30-minute lecture for Qwen3-VL: fps 2 asks for 3,600 frames, max_frames keeps 768,
+    one every 2.34 s.
+
+    **Fix** Cut the clip into shorter clips (one row each), or sample it yourself at the rate the
+    model expects; raising max_frames costs video tokens (VLM409).
+    """
+
+    code = "VLM212"
+    name = "video-frames-capped"
+    severity = Severity.INFO
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        position = 0
+        for info in row.media:
+            if info.kind != "video":
+                continue
+            position += 1
+            if info.capped:
+                yield self.finding(
+                    row,
+                    f"video {position} ({info.reference}): {info.capped}",
+                    "cut the clip into shorter clips, one row each, or sample its frames yourself",
+                )
+
+
+class VideoTokenBudget(Rule):
+    """One video becomes more tokens than the memory budget allows.
+
+    **Why** A video's tokens are its frames' tokens added up: a few seconds of 720p through a
+    processor that keeps every frame (Qwen2-VL and Qwen2.5-VL by default: do_sample_frames is
+    false) is tens of thousands of tokens, and the activations (and attention, with their square)
+    can run a GPU out of memory in the middle of a run even where the row fits the length limit.
+    The budget is the threshold `max_video_tokens_per_video` (default 16384).
+
+    **Example** Qwen2-VL on a 10 s 720p clip at 30 fps: every frame kept, 150 temporal groups of
+    1,196 tokens: 179,400 video tokens.
+
+    **Fix** Sample fewer frames (the video processor's fps or num_frames with do_sample_frames, or a
+    trainer's video_fps / video_maxlen), lower the frames' resolution (the video processor's
+    max_pixels), cut the clip, or raise the threshold if the GPU has room.
+    """
+
+    code = "VLM409"
+    name = "video-token-budget"
+    severity = Severity.WARNING
+
+    def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        budget = int(context.thresholds["max_video_tokens_per_video"])
+        position = 0
+        for info in row.media:
+            if info.kind != "video":
+                continue
+            position += 1
+            if info.tokens is not None and info.tokens > budget:
+                sampled = f" from {info.sampled} frames" if info.sampled is not None else ""
+                yield self.finding(
+                    row,
+                    f"video {position} ({info.reference}): {info.tokens} video tokens{sampled} > "
+                    f"{budget} per video ({info.counted_by})",
+                    "sample fewer frames (fps / num_frames with do_sample_frames), lower the video processor's "
+                    "max_pixels, cut the clip, or raise max_video_tokens_per_video if the GPU has room",
+                )
 
 
 def _as_mp4(reference: str, suffix: str = "") -> str:
