@@ -3,9 +3,12 @@ where vlmlint does not reproduce it, never counted with another template's text.
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 
-from tests.conftest import DATASETS
+from tests.conftest import DATASETS, PROCESSORS
 from vlmlint.config import build_config
 from vlmlint.engine import Scanner
 from vlmlint.models import ModelError, load_model
@@ -73,7 +76,13 @@ def test_an_unreproduced_template_option_is_refused_by_name(template):
         load_pipeline("llamafactory", {"template": template})
 
 
-@pytest.mark.parametrize("profile", sorted(p for p, (_, t) in TEMPLATES.items() if t))
+# the profiles whose ms-swift template vlmlint reproduces (tests/test_pipeline_swift.py proves each)
+SWIFT_REPRODUCED = {"glm-4.1v", "glm-4.6v", "minicpm-v-4.6", "llama-4"}
+
+
+@pytest.mark.parametrize(
+    "profile", sorted(p for p, (_, t) in TEMPLATES.items() if t and p not in SWIFT_REPRODUCED)
+)
 def test_swift_names_its_own_template(profile):
     _, template = TEMPLATES[profile]
     with pytest.raises(PipelineError) as raised:
@@ -81,6 +90,33 @@ def test_swift_names_its_own_template(profile):
     assert template in str(raised.value) and "does not reproduce" in str(raised.value)
 
 
+@pytest.mark.parametrize("profile", sorted(SWIFT_REPRODUCED))
+def test_swift_scans_the_profiles_whose_template_it_reproduces(profile):
+    scanner = _scanner(profile, "swift", max_length=64)
+    model = scanner.model
+    assert swift.REPRODUCED[model.processor_class].name == TEMPLATES[profile][1]
+    fates = [outcome.result.trainer for outcome in scanner.scan() if outcome.result.trainer]
+    assert fates and {fate.status for fate in fates} <= {"kept", "dropped", "truncated", "raise"}
+
+
+def test_swift_glm4v_processor_is_reproduced_for_glm_4_1v_only(tmp_path):
+    # GLM-4.5V shares Glm4vProcessor but trains with glm4_5v: its config's model_type tells them apart
+    folder = tmp_path / "glm-4.5v"
+    shutil.copytree(PROCESSORS / "glm-4.1v-9b-thinking", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "glm4v_moe"}))
+    model = load_model(str(folder))
+    with pytest.raises(PipelineError, match="recorded only for model_type glm4v"):
+        load_pipeline("swift").bind(model)
+    load_pipeline("swift").bind(load_model(str(PROCESSORS / "glm-4.1v-9b-thinking")))
+
+
+def test_swift_refusals_say_what_differs():
+    for processor, (template, source, why) in swift.NOT_REPRODUCED.items():
+        assert template and source.endswith(".py") and len(why) > 30, processor
+
+
 def test_swift_still_scans_the_families_it_reproduces():
     names = {processor for processor in swift.NOT_REPRODUCED}
     assert "Qwen2VLProcessor" not in names and "LlavaProcessor" not in names
+    assert not names & set(swift.REPRODUCED)

@@ -24,18 +24,34 @@ Reproduces ms-swift 4.6.0 (`pip install ms-swift==4.6.0`):
   images without applying their EXIF orientation.
 
 vlmlint renders rows with the model's own chat template, which stands in for ms-swift's registered
-template of that model (for Qwen2-VL they agree token for token: tests/test_pipeline_swift.py).
+template of that model (for Qwen2-VL and Llama 4 they agree token for token: tests/test_pipeline_swift.py).
+For the templates in REPRODUCED, swift writes a few tokens the chat template does not, added here by
+processor class (`SwiftTemplate`), each recorded against swift's own Template.encode:
+
+- swift/template/base.py `_add_non_thinking_prefix` / `_remove_history_thinking`: glm4_5v (GLM-4.6V)
+  puts `<think></think>\n` and minicpmv4_6 / minicpmv4_7 (MiniCPM-V 4.6 / 4.7, templates/minicpm.py)
+  `<think>\n\n</think>\n\n` before every answer that starts with no thought (trained with it; with
+  last_round the earlier answers get the history prefix: GLM's same string, MiniCPM's none);
+- templates/glm.py GLM4TemplateMeta: glm4v and glm4_5v end the row with the suffix `<|user|>` (trained),
+  and `_add_dynamic_eos` trains the `<|user|>` that opens each later turn;
+- templates/llama.py Llama4Template: `placeholder_tokens` adds <|patch|> to the processor's <|image|>,
+  so `_truncate` keeps each image's <|image|> too;
+- templates/glm.py GLM4_5VTemplate._encode keeps the processor's `mm_token_type_ids`, on which
+  `_truncate` raises IndexError: a left/right cut of a GLM-4.6V row with images is skipped (--strict: raised).
+
+The other templates of issue 19's families are refused by name (NOT_REPRODUCED, with what differs).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vlmlint.pipelines.base import Pipeline, PipelineError
-from vlmlint.pipelines.layout import Layout, row_layout
-from vlmlint.records import TrainerFate
+from vlmlint.pipelines.layout import Layout, Rounds, row_layout
+from vlmlint.records import Role, TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.counting import CountedRow, TextEncoder
@@ -46,28 +62,139 @@ _STRATEGIES = ("delete", "left", "right", "raise")
 _LOSS_SCALES = {"default": "all_assistant", "last_round": "last_assistant", "all": "every_token"}
 
 
+@dataclass(frozen=True)
+class SwiftTemplate:
+    """An ms-swift template vlmlint reproduces: the model's chat template's tokens plus what the template
+    writes that the chat template does not (recorded token for token: tests/test_pipeline_swift.py)."""
+
+    name: str  # swift/template/constant.py's template_type
+    source: str  # swift/template/templates/<source>
+    # TemplateMeta.non_thinking_prefix: `_add_non_thinking_prefix` puts it before every answer that starts
+    # with neither it nor `thinking_prefix` (the last one only with loss_scale last_round)
+    answer_prefix: str = ""
+    thinking_prefix: str = "<think>"
+    # history_thinking_prefix: with last_round, `_remove_history_thinking` writes it before every earlier
+    # answer (its content after the last </think>, stripped)
+    history_prefix: str = ""
+    # The template's suffix where the chat template writes nothing after the last answer (GLM's
+    # <|user|>): one more trained token at the end.
+    suffix: str = ""
+    # `_add_dynamic_eos`: after an earlier answer, the tokens that equal the suffix are trained; where the
+    # chat template ends the answer before them (GLM: the next turn's <|user|>), that many more labels.
+    dynamic_eos: int = 0
+    # Where swift 4.6.0's `_truncate` itself fails on a row with images (left/right cut): the error. The
+    # row is skipped by `swift sft` (any encode error is caught, another row fetched); --strict stops.
+    truncate_error: str = ""
+    # The processor's image_token is among the template's placeholder_tokens, which _truncate keeps, where
+    # vlmlint counts only the run it precedes (Llama 4: <|image|> once before the global tile's patches).
+    protects_placeholder: bool = False
+
+
+_GLM_SUFFIX = "<|user|>"
+_MINICPM = SwiftTemplate("minicpmv4_6", "minicpm.py", answer_prefix="<think>\n\n</think>\n\n")
+
 # ms-swift 4.6.0's registered templates (swift/model/models/*.py register_model -> template, defined in
-# swift/template/templates/*.py) for the processors where vlmlint does not know the model's own chat
-# template to give the same tokens: a scan of such a model with --pipeline swift is refused by name.
-NOT_REPRODUCED: dict[str, tuple[str, str]] = {
-    "Gemma4Processor": ("gemma4_nothinking (E2B/E4B) or gemma4", "gemma.py"),
-    "Gemma3nProcessor": ("gemma3n", "gemma.py"),
-    "Glm4vProcessor": ("glm4v, glm4_5v or glm_ocr", "glm.py"),
-    "Glm46VProcessor": ("glm4_5v", "glm.py"),
-    "MiniCPMV4_6Processor": ("minicpmv4_6", "minicpm.py"),
-    "MiniCPMV4_7Processor": ("minicpmv4_7", "minicpm.py"),
-    "Kimi_K25Processor": ("kimi_k25", "moonshot.py"),
-    "KimiVLProcessor": ("kimi_vl", "moonshot.py"),
-    "Llama4Processor": ("llama4", "llama.py"),
-    "Ernie4_5_VLMoeProcessor": ("ernie_vl", "baidu.py"),
-    "Qwen2_5OmniProcessor": ("qwen2_5_omni", "qwen.py"),
-    "Qwen3OmniMoeProcessor": ("qwen3_omni", "qwen.py"),
-    "Molmo2Processor": ("molmo2", "molmo.py"),
-    "Phi4MultimodalProcessor": ("phi4_multimodal", "microsoft.py"),
-    "PaddleOCRVLProcessor": ("paddle_ocr", "baidu.py"),
-    "HunYuanVLProcessor": ("hunyuan_ocr", "tencent.py"),
-    "DeepseekOcr2Processor": ("deepseek_ocr2", "deepseek.py"),
-    "Ovis2Processor": ("ovis2", "qwen.py"),
+# swift/template/templates/*.py) that vlmlint reproduces, by processor class (and, for Glm4vProcessor,
+# the config's model_type: GLM-4.5V shares the class and trains with glm4_5v).
+REPRODUCED: dict[str, SwiftTemplate] = {
+    "Llama4Processor": SwiftTemplate("llama4", "llama.py", protects_placeholder=True),
+    "Glm4vProcessor": SwiftTemplate("glm4v", "glm.py", suffix=_GLM_SUFFIX, dynamic_eos=1),
+    "Glm46VProcessor": SwiftTemplate(
+        "glm4_5v",
+        "glm.py",
+        answer_prefix="<think></think>\n",
+        history_prefix="<think></think>\n",
+        suffix=_GLM_SUFFIX,
+        dynamic_eos=1,
+        # GLM4_5VTemplate._encode keeps the processor's mm_token_type_ids (of its image-only text), which
+        # _truncate then indexes with the whole row's mask
+        truncate_error="IndexError: The shape of the mask [N] at index 0 does not match the shape of the "
+        "indexed tensor [1, M] at index 0 (mm_token_type_ids)",
+    ),
+    "MiniCPMV4_6Processor": _MINICPM,
+    "MiniCPMV4_7Processor": SwiftTemplate("minicpmv4_7", "minicpm.py", answer_prefix=_MINICPM.answer_prefix),
+}
+_MODEL_TYPES = {"Glm4vProcessor": ("glm4v",)}  # config.json model_types the entry is recorded for
+
+# The registered templates of the processors where vlmlint does not give swift's tokens: a scan of such a
+# model with --pipeline swift is refused by name, saying what differs (or why it was not recorded).
+NOT_REPRODUCED: dict[str, tuple[str, str, str]] = {
+    "Gemma4Processor": (
+        "gemma4_nothinking (E2B/E4B) or gemma4",
+        "gemma.py",
+        "the chat template trims every text part where swift keeps the row's text as written (the newline "
+        "after an <image> stays: a token more); gemma4 also puts the empty thought <|channel>thought\\n"
+        "<channel|> before every answer",
+    ),
+    "Gemma3nProcessor": (
+        "gemma3n",
+        "gemma.py",
+        "the chat template trims every text part where swift keeps the row's text as written, and swift "
+        "ends the row with <end_of_turn> where the template writes <end_of_turn>\\n",
+    ),
+    "Kimi_K25Processor": (
+        "kimi_k25",
+        "moonshot.py",
+        "the template hands the image processor {'type': 'image', 'image': ...} entries (the checkpoint's "
+        "remote-code API); transformers' Kimi_K25 image processor raises TypeError on them",
+    ),
+    "KimiVLProcessor": ("kimi_vl", "moonshot.py", "not recorded: no fixture processor of this class"),
+    "Ernie4_5_VLMoeProcessor": (
+        "ernie_vl",
+        "baidu.py",
+        "the template writes 'Picture N:<|IMAGE_PLACEHOLDER|>' and calls the processor with the remote-code "
+        "<|image@placeholder|> token; transformers' Ernie4_5_VLMoeProcessor raises ValueError (0 "
+        "<|IMAGE_PLACEHOLDER|> tokens for the row's images)",
+    ),
+    "Qwen2_5OmniProcessor": (
+        "qwen2_5_omni",
+        "qwen.py",
+        "not recorded: the template imports qwen_omni_utils, whose audio stack (librosa) the recording "
+        "environment lacks",
+    ),
+    "Qwen3OmniMoeProcessor": (
+        "qwen3_omni",
+        "qwen.py",
+        "not recorded: the template imports qwen_omni_utils, whose audio stack (librosa) the recording "
+        "environment lacks",
+    ),
+    "Molmo2Processor": (
+        "molmo2",
+        "molmo.py",
+        "the template calls get_image_tokens of the checkpoint's remote-code processor, which transformers' "
+        "Molmo2Processor does not have (AttributeError)",
+    ),
+    "Phi4MultimodalProcessor": (
+        "phi4_multimodal",
+        "microsoft.py",
+        "not recorded: the template reads the audio feature extractor's compression_rate, which the "
+        "fixture processor (built without audio) lacks",
+    ),
+    "PaddleOCRVLProcessor": (
+        "paddle_ocr",
+        "baidu.py",
+        "the template writes <|IMAGE_START|> and <|IMAGE_END|> around every image (the chat template "
+        "gets image_token without them: 2 tokens fewer), ends earlier answers with <|end_of_sentence|> "
+        "where the template writes </s>, and tokenizes each answer apart from 'Assistant: ' (the space "
+        "becomes a token of its own)",
+    ),
+    "HunYuanVLProcessor": (
+        "hunyuan_ocr",
+        "tencent.py",
+        "the template reads pad_id of the checkpoint's remote-code tokenizer, which transformers' "
+        "tokenizer does not have (AttributeError)",
+    ),
+    "DeepseekOcr2Processor": (
+        "deepseek_ocr2",
+        "deepseek.py",
+        "the template imports the checkpoint's remote-code modeling_deepseekocr2.py to encode a row",
+    ),
+    "Ovis2Processor": (
+        "ovis2",
+        "qwen.py",
+        "swift loads the original remote-code Ovis2 (its processor is the tokenizer alone), not "
+        "transformers' Ovis2Processor",
+    ),
 }
 
 
@@ -125,15 +252,50 @@ class SwiftPipeline(Pipeline):
         self.max_pixels = _positive_int("max_pixels", options.get("max_pixels"), allow_none=True)
 
     def bind(self, model: Any) -> None:
-        found = NOT_REPRODUCED.get(model.processor_class or "")
+        processor = model.processor_class or ""
+        self.template = REPRODUCED.get(processor)
+        found = NOT_REPRODUCED.get(processor)
+        if self.template is not None and processor in _MODEL_TYPES:
+            model_type = _model_type(model)
+            if model_type not in _MODEL_TYPES[processor]:
+                found = (
+                    f"{self.template.name} or another (config model_type {model_type!r})",
+                    self.template.source,
+                    f"recorded only for model_type {', '.join(_MODEL_TYPES[processor])}",
+                )
         if found is not None:
-            template, source = found
+            template, source, why = found
             raise PipelineError(
                 f"--pipeline swift: {SWIFT_VERSION} encodes {model.family.title} rows with its own template "
-                f"{template} (swift/template/templates/{source}), which vlmlint does not reproduce yet (the "
-                "model's chat template is not proven to give the same tokens); scan without --pipeline for "
-                "the processor's own counts"
+                f"{template} (swift/template/templates/{source}), which vlmlint does not reproduce: {why}; "
+                "scan without --pipeline for the processor's own counts"
             )
+
+    def _extra(self, row: CountedRow, encoder: TextEncoder) -> tuple[list[int], int]:
+        """The tokens swift's template writes before each assistant turn's answer (in order), and after the
+        last answer, beyond the model's chat template."""
+        template = self.template
+        if template is None:
+            return [], 0
+        answers = [m for m in row.sample.messages if m.role is Role.ASSISTANT]
+        if not answers:
+            return [], 0
+        sizes = _token_sizes(encoder, (template.answer_prefix, template.history_prefix, template.suffix))
+        last_round = self.rounds == "last_assistant"
+        before = []
+        for k, message in enumerate(answers):
+            text = "".join(part.text for part in message.parts if not part.is_image)
+            if last_round and k < len(answers) - 1:
+                before.append(sizes[1])  # the earlier answers' thinking removed, history_prefix written
+            elif (
+                text.startswith((template.thinking_prefix, template.answer_prefix))
+                or not template.answer_prefix
+            ):
+                before.append(0)
+            else:
+                before.append(sizes[0])
+        last_is_answer = row.sample.messages[-1].role is Role.ASSISTANT
+        return before, sizes[2] if last_is_answer else 0
 
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """swift's `rescale_image(img, max_pixels)`: the same aspect ratio at max_pixels, truncated."""
@@ -150,9 +312,17 @@ class SwiftPipeline(Pipeline):
         limit = self._limit(encoder)
         label = f"{SWIFT_VERSION} (max_length {limit}, truncation_strategy {self.strategy})"
         assert result.seq_len is not None  # the engine asks only for counted rows
-        if limit is None or result.seq_len <= limit:  # under the limit: kept, no extra work
-            return TrainerFate("kept", label, length=result.seq_len - sum(encoder.added_special_tokens()))
+        before, after = self._extra(row, encoder)
+        full = result.seq_len - sum(encoder.added_special_tokens()) + sum(before) + after
+        if limit is None or full <= limit:  # under the limit: kept, no extra work
+            return TrainerFate("kept", label, length=full)
         layout = row_layout(encoder, row, result.seq_len, self.rounds)
+        if before or after:
+            layout = _with_extra(
+                layout, encoder, row, result.seq_len, self.rounds, before, after, self.template
+            )
+        if self.template is not None and self.template.protects_placeholder:
+            layout = _placeholder_kept(layout)
         length = layout.length
         if length <= limit:
             return TrainerFate("kept", label, length=length)
@@ -179,6 +349,19 @@ class SwiftPipeline(Pipeline):
                     f"the row's {length} tokens are over max_length {limit}: MaxLengthError is caught and the "
                     "row deleted (never trained)"
                 ),
+                fix=fix,
+            )
+        if self.template is not None and self.template.truncate_error and row.counts:
+            reason = (
+                f"the row's {length} tokens are over max_length {limit} and {self.template.name}'s "
+                f"truncation of a row with images fails: {self.template.truncate_error}"
+            )
+            if self.strict:
+                return TrainerFate("raise", label, length=length, reason=reason + "; the run stops", fix=fix)
+            return TrainerFate(
+                "dropped",
+                label,
+                reason=reason + "; the error is caught and the row skipped (never trained)",
                 fix=fix,
             )
         return self._truncated(layout, limit, label)
@@ -220,3 +403,78 @@ class SwiftPipeline(Pipeline):
             reason = f"{where}; no answer token is lost"
         fix = f"raise max_length to {layout.length}, or shrink the row's images or text"
         return TrainerFate("truncated", label, length=length, answer_tokens_lost=lost, reason=reason, fix=fix)
+
+
+def _model_type(model: Any) -> str | None:
+    """config.json's model_type of a model folder or built-in profile (None if unreadable)."""
+    from pathlib import Path
+
+    from vlmlint.models import _read_json
+    from vlmlint.models.files import read_json_file
+    from vlmlint.models.profiles import _data_dir
+
+    try:
+        if model.profile:
+            config = read_json_file(str(Path(_data_dir()) / model.profile / "config.json"))
+        else:
+            config = _read_json(model.name, "config.json")
+    except Exception:  # noqa: BLE001 (an unreadable config: no model_type)
+        return None
+    value = config.get("model_type") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _token_sizes(encoder: TextEncoder, texts: tuple[str, ...]) -> list[int]:
+    """Each text's token count as swift tokenizes a context of its own (no special tokens added)."""
+    return [
+        len(ids) if text else 0
+        for text, ids in zip(texts, encoder.encode([t or "a" for t in texts]), strict=True)
+    ]
+
+
+def _with_extra(
+    layout: Layout,
+    encoder: TextEncoder,
+    row: CountedRow,
+    seq_len: int,
+    rounds: Rounds,
+    before: list[int],
+    after: int,
+    template: SwiftTemplate | None,
+) -> Layout:
+    """The chat template's layout with swift's own tokens added: `before[k]` tokens at the start of the k-th
+    assistant turn's answer (trained with it), `after` at the end (the suffix, trained), and, for the
+    dynamic EOS, the `dynamic_eos` tokens after each earlier trained answer counted as labels."""
+    assert template is not None
+    starts = [start for start, _ in row_layout(encoder, row, seq_len, "all_assistant").answers]
+    if len(starts) != len(before):  # the answers' positions are unknown: only the length changes
+        starts = []
+    inserts = list(zip(starts, before, strict=False))
+
+    def moved(position: int, token: bool = True) -> int:
+        # a token at an insertion point comes after the inserted tokens; an exclusive end there does not
+        return position + sum(n for start, n in inserts if start < position or (token and start == position))
+
+    length = layout.length + sum(before) + after
+    images = tuple((moved(start), moved(end, False), tokens) for start, end, tokens in layout.images)
+    if rounds == "every_token":
+        return Layout(length, ((1, length),), images)
+    if not layout.exact or not starts:
+        first = moved(layout.answers[0][0], False) if layout.answers else 0
+        return Layout(length, ((first, length),), images, exact=False)
+    answers = []
+    for index, (start, end) in enumerate(layout.answers):
+        last = index == len(layout.answers) - 1 and row.sample.messages[-1].role is Role.ASSISTANT
+        end = moved(end, False) + (after if last else template.dynamic_eos)
+        answers.append((moved(start, False), min(end, length)))  # the prefix is trained
+    return Layout(length, tuple(answers), images)
+
+
+def _placeholder_kept(layout: Layout) -> Layout:
+    """Each image's placeholder token, just before its last run, kept by _truncate with the run: inside
+    the span when the image has other runs before it, else the span's first position moves back by one."""
+    images = tuple(
+        (start - 1 if tokens == end - start else start, end, tokens + 1)
+        for start, end, tokens in layout.images
+    )
+    return Layout(layout.length, layout.answers, images, layout.exact)
