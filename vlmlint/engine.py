@@ -222,7 +222,7 @@ class Scanner:
             max_position_embeddings=self.model.max_position_embeddings,
             truncation_side=config.truncation_side,
             thresholds=config.thresholds,
-            special_tokens=_special_tokens(self.model.tokenizer),
+            special_tokens=_special_tokens(self.model.tokenizer) - frozenset(self.family.data_tokens),
             foreign_placeholders=_foreign_placeholders(self.family, self.model.tokenizer),
             family=self.family.name,
             image_settings=settings,

@@ -201,6 +201,9 @@ class Family:
     # (height, width, area limit, settings) -> the fix hint for an image the processor shrinks by more
     # than the limit, naming the family's setting; None (or a None result): the generic hints.
     shrink_hint: Callable[[int, int, float, Any], str | None] | None = None
+    # Special tokens the family documents as data a row writes (grounding boxes, OCR quads): not stray
+    # control tokens (VLM304 leaves them alone).
+    data_tokens: tuple[str, ...] = ()
     # Videos (issue 20). `video_placeholder`: the token the chat template writes for one video, which
     # the processor expands ("" = this family does not count videos: rows with one get VLM109).
     # video_settings_from(video processor config dict, image settings, processor class) -> video settings;

@@ -221,5 +221,5 @@ FAMILY = Family.define(
     raw_image_prompt=f"{QWEN25_BOS}{QWEN25_IMAGE}{QWEN25_EOS}",
     marker_tokens=(QWEN25_BOS, QWEN25_EOS, QWEN25_IMAGE, "<|AUDIO|>", "<|VIDEO|>", "<|audio_bos|>", "<|audio_eos|>"),
     trainer_templates={"llamafactory": ("qwen2_omni", "qwen3_omni_nothink", "qwen3_omni")},
-    choose_trainer_template=trainer_template,
+    choose_trainer_template=trainer_template, data_tokens=qwen_vl.GROUNDING_TOKENS,
 )  # fmt: skip

@@ -28,6 +28,11 @@ from vlmlint.records import VideoMeta
 MAX_ASPECT_RATIO = 200
 PLACEHOLDER = "<|image_pad|>"
 VIDEO_PLACEHOLDER = "<|video_pad|>"
+# Qwen-VL's grounding format (the Qwen2-VL / Qwen2.5-VL model cards, ms-swift's grounding datasets):
+# `<|object_ref_start|>a dog<|object_ref_end|><|box_start|>(10,20),(300,400)<|box_end|>`, quads for OCR.
+GROUNDING_TOKENS = (
+    "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -533,6 +538,7 @@ FAMILY = Family.define(
     image_processor_types=image_processor_types("Qwen2VL"), placeholder=PLACEHOLDER,
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>", marker_tokens=("<|vision_start|>",),
     video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt="<|vision_start|><|video_pad|><|vision_end|>",
+    data_tokens=GROUNDING_TOKENS,
     trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink", "qwen3_vl")},
     choose_trainer_template=trainer_template,
 )  # fmt: skip

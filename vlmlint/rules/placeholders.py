@@ -343,7 +343,9 @@ class SpecialTokenInText(Rule):
 
     **Example** A Qwen2-VL row `{"from": "human", "value": "<|vision_start|><image><|vision_end|>
     What is this?"}` (text copied from an already rendered prompt). The dataset's own `<image>`
-    placeholder is not reported; each token is reported once per row with its count.
+    placeholder is not reported, nor the tokens a family documents as data (Qwen-VL's grounding
+    format: `<|object_ref_start|>a dog<|object_ref_end|><|box_start|>(10,20),(300,400)<|box_end|>`,
+    `<|quad_start|>` ... for OCR); each token is reported once per row with its count.
 
     **Fix** Remove the token from the text: the chat template writes the turn markers and the
     processor writes the image tokens around each `<image>`.
