@@ -300,6 +300,11 @@ class PlaceholderInAnswer(Rule):
     **Example** `{"image": ["a.jpg", "b.jpg"], "conversations": [{"from": "human", "value":
     "<image>\\nWhat is this?"}, {"from": "gpt", "value": "A cat, like <image>."}]}`
 
+    A pre-training row, which has no user turn (ms-swift's documented pre-training format:
+    `{"messages": [{"role": "assistant", "content": "<image>is a puppy, <image>is a kitten"}],
+    "images": [...]}`, trained on every token), places its images in its one text on purpose: not
+    reported.
+
     **Fix** Move the `<image>` into the user turn that asks about it; if the answer means the word,
     write it without angle brackets (e.g. "image").
     """
@@ -309,6 +314,8 @@ class PlaceholderInAnswer(Rule):
     severity = Severity.ERROR
 
     def check(self, row: RowResult, context: RuleContext) -> Iterator[Finding]:
+        if not any(message.role is Role.USER for message in row.sample.messages):
+            return  # a pre-training row (no user turn): its images are in its text on purpose
         seen = 0  # image parts before this turn: the k-th part takes the k-th image
         for position, message in enumerate(row.sample.messages):
             held = sum(part.is_image for part in message.parts)
