@@ -14,6 +14,7 @@ off at call time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -24,10 +25,12 @@ from vlmlint.models.base import (
     Family,
     ImageCount,
     Run,
+    VideoCount,
     image_processor_types,
     no_knob,
     positive_int,
 )
+from vlmlint.records import VideoMeta
 
 PLACEHOLDER = "<IMG_CONTEXT>"
 START_IMAGE_TOKEN = "<img>"
@@ -187,6 +190,119 @@ def expand(count: ImageCount, settings: InternVLSettings) -> Expansion:
     return (START_IMAGE_TOKEN, Run(PLACEHOLDER, count.tokens), END_IMAGE_TOKEN)
 
 
+# ---- videos: transformers 5.24 InternVLVideoProcessor and InternVLProcessor.replace_video_token ----------
+
+VIDEO_PLACEHOLDER = "<video>"  # the tokenizer's video_token, which the template writes per video part
+VIDEO_PROCESSOR = "InternVLVideoProcessor"
+
+
+@dataclass(frozen=True)
+class InternVLVideoSettings:
+    """The video processor's settings (video_config.py reads them as from_pretrained) and the processor's
+    image_seq_length, which every frame repeats."""
+
+    frame_height: int  # size["height"]: every frame is resized to it
+    frame_width: int
+    do_resize: bool
+    do_sample_frames: bool  # False by default (the class's backwards-compatible default)
+    num_frames: int | None
+    fps: float | None
+    initial_shift: bool | float  # True: half a step, so frames come from each step's middle
+    image_seq_length: int
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> InternVLVideoSettings:
+    processor = config.get("video_processor_type")
+    if processor != VIDEO_PROCESSOR:
+        raise CountError(f"its video processor {processor} is not one vlmlint reproduces ({VIDEO_PROCESSOR})")
+    if processor_class != PROCESSOR_CLASS:
+        raise CountError(f"{processor_class} with a {processor} is not a pairing vlmlint reproduces")
+    size = config.get("size") or {}
+    if not isinstance(size, dict) or not size.get("height") or not size.get("width"):
+        raise CountError(f"video size must hold height and width (every frame's size), got {size}")
+    num_frames, fps = config.get("num_frames"), config.get("fps")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
+        raise CountError(f"video processor fps must be a positive number, got {fps!r}")
+    shift = config.get("initial_shift", True)
+    if not isinstance(shift, (bool, int, float)):
+        raise CountError(f"video processor initial_shift must be a bool or a number, got {shift!r}")
+    return InternVLVideoSettings(
+        frame_height=positive_int(size["height"], "size.height"),
+        frame_width=positive_int(size["width"], "size.width"),
+        do_resize=bool(config.get("do_resize", True)),
+        do_sample_frames=bool(config.get("do_sample_frames", False)),
+        num_frames=None if num_frames is None else positive_int(num_frames, "num_frames"),
+        fps=fps,
+        initial_shift=shift,
+        image_seq_length=getattr(image_settings, "image_seq_length", None) or DEFAULT_IMAGE_SEQ_LENGTH,
+    )
+
+
+def sampled_frames(meta: VideoMeta, settings: InternVLVideoSettings) -> tuple[int, str]:
+    """How many frames InternVLVideoProcessor.sample_frames keeps: num_frames (or int(duration * fps))
+    indices torch.arange(shift, total, total / num_frames), shift total / num_frames / 2 when
+    initial_shift is True; num_frames wins over fps (this override has no mutual-exclusion check)."""
+    total = meta.frames
+    if total < 1:
+        raise CountError("the video has no frames")
+    if not settings.do_sample_frames:
+        return total, "every frame (do_sample_frames is false)"
+    if meta.frames_from == "frame list":
+        raise CountError(
+            "Sampling frames from a list of images is not supported! Set `do_sample_frames=False`."
+        )
+    num_frames = settings.num_frames
+    if num_frames is None and settings.fps is not None:
+        if meta.fps is None:
+            raise CountError("Asked to sample `fps` frames per second but no video metadata was provided")
+        num_frames = int(total / meta.fps * settings.fps)
+        mode = f"fps {settings.fps:g}"
+    else:
+        mode = f"num_frames {num_frames}"
+    if num_frames is None:
+        raise CountError("do_sample_frames is on with neither num_frames nor fps: the video processor fails")
+    if num_frames == 0:
+        raise CountError(
+            f"a {total}-frame clip samples 0 frames at fps {settings.fps:g}: the processor divides by zero"
+        )
+    if num_frames > total:
+        raise CountError(
+            f"Video can't be sampled. The `num_frames={num_frames}` exceeds `total_num_frames={total}`."
+        )
+    step = total / num_frames
+    shift = step / 2 if settings.initial_shift is True else float(settings.initial_shift)
+    frames = max(0, math.ceil((total - shift) / step))  # len(torch.arange(shift, total, step)), in doubles
+    if frames < 1:
+        raise CountError(f"initial_shift {settings.initial_shift} leaves no frame of a {total}-frame clip")
+    return frames, mode
+
+
+def count_video(meta: VideoMeta, settings: InternVLVideoSettings) -> VideoCount:
+    """Every kept frame is one tile (resized to size, whatever the clip's size): image_seq_length
+    <IMG_CONTEXT> each. grid: (frames,)."""
+    frames, mode = sampled_frames(meta, settings)
+    if settings.do_resize:
+        height, width = settings.frame_height, settings.frame_width
+    else:
+        height, width = meta.height, meta.width
+    return VideoCount(frames, height, width, (frames,), frames * settings.image_seq_length, mode)
+
+
+def expand_video(count: VideoCount, settings: InternVLVideoSettings) -> Expansion:
+    """InternVLProcessor.replace_video_token: "Frame{i}: <img>" + image_seq_length <IMG_CONTEXT> +
+    "</img>" per frame, joined by newlines (the template's own newline follows the video token)."""
+    segments: list[str | Run] = []
+    for i in range(count.frames):
+        segments += [
+            ("\n" if i else "") + f"Frame{i + 1}: {START_IMAGE_TOKEN}",
+            Run(PLACEHOLDER, settings.image_seq_length),
+            END_IMAGE_TOKEN,
+        ]
+    return tuple(segments)
+
+
 FAMILY = Family.define(
     __name__, name="internvl", title="InternVL (transformers-native)",
     processor_classes=(PROCESSOR_CLASS,), image_processor_types=image_processor_types("GotOcr2"),
@@ -196,4 +312,5 @@ FAMILY = Family.define(
         "max length is recommended"
     ),
     marker_tokens=("<IMG_CONTEXT>", "<img>"),
+    video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt=VIDEO_PLACEHOLDER + "\n",
 )  # fmt: skip
