@@ -34,6 +34,19 @@ class Role(str, Enum):
 
 
 @dataclass(frozen=True)
+class ImageSizing:
+    """Size settings a row gives one image for its loader: qwen-vl-utils' per-item `min_pixels`,
+    `max_pixels`, `resized_height` and `resized_width` (fetch_image resizes the image by them before
+    the processor sees it). The Qwen-VL count honours them (engine.Scanner); other families ignore them.
+    """
+
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    resized_height: int | None = None
+    resized_width: int | None = None
+
+
+@dataclass(frozen=True)
 class ImageRef:
     """Where one image of a sample comes from: a file, embedded bytes, or a URL.
 
@@ -49,6 +62,7 @@ class ImageRef:
     problem: str | None = None  # why the reader kept no image (an embedded one above MAX_EMBEDDED_BYTES)
     # Embedded bytes dropped from a counted row's outcome (engine.KEEP_EMBEDDED_BYTES): no image to show.
     dropped: bool = False
+    sizing: ImageSizing | None = None  # the row's per-image loader settings (qwen-vl-utils), if any
 
     @property
     def kind(self) -> str:

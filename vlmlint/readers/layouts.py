@@ -15,6 +15,7 @@ import os
 import re
 import reprlib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from vlmlint.readers.fingerprint import row_fingerprint
@@ -24,6 +25,7 @@ from vlmlint.records import (
     MAX_EMBEDDED_BYTES,
     VIDEO_PLACEHOLDER,
     ImageRef,
+    ImageSizing,
     MediaRef,
     Message,
     Part,
@@ -34,7 +36,19 @@ from vlmlint.records import (
     sample_beyond_bounds,
 )
 
-LAYOUTS = ("llava", "sharegpt", "openai", "alpaca", "captions", "pretokenized")
+LAYOUTS = (
+    "llava",
+    "sharegpt",
+    "openai",
+    "alpaca",
+    "captions",
+    "pretokenized",
+    "prompt-completion",
+    "cauldron",
+    "query-response",
+    "pairs",
+    "data-juicer",
+)
 
 _ROLE_ALIASES = {
     "human": Role.USER,
@@ -55,8 +69,12 @@ def detect_layout(row: Mapping[str, Any]) -> str | None:
     """Name the layout a row is written in, or None when no known layout fits its fields."""
     if "input_ids" in row:
         return "pretokenized"  # processor output stored in the dataset, whatever else the row holds
-    if "messages" in row or "conversations" in row:
-        turns = row.get("messages", row.get("conversations"))
+    # ms-swift's `conversation` (singular) counts where it holds turns: else it is likely a misspelling.
+    swift_turns = isinstance(row.get("conversation"), list) and bool(row["conversation"])
+    if "messages" in row or "conversations" in row or swift_turns:
+        turns = next(row[key] for key in ("messages", "conversations", "conversation") if key in row)
+        if _is_pairs(turns):
+            return "pairs"  # ms-swift's [{"human": q, "assistant": a}]
         if isinstance(turns, list) and any(
             isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns
         ):
@@ -64,11 +82,33 @@ def detect_layout(row: Mapping[str, Any]) -> str | None:
         if "conversations" in row and not any(k in row for k in ("messages", "images", "videos", "audios")):
             return "llava"
         return "sharegpt"
+    if "prompt" in row and (isinstance(row["prompt"], list) or "completion" in row):
+        return "prompt-completion"  # TRL (prompt / completion), verl (a prompt of messages)
+    if isinstance(row.get("texts"), list):
+        return "cauldron"  # the_cauldron, FineVision
     if "instruction" in row and "output" in row:
         return "alpaca"
+    if isinstance(row.get("text"), str) and ("images" in row or DJ_IMAGE in row["text"]):
+        return "data-juicer"
+    if any(key in row for key in _QUERY_KEYS) and any(key in row for key in _RESPONSE_KEYS):
+        return "query-response"  # ms-swift's ResponsePreprocessor: query/response/history, problem/answer
     if ("image" in row or "file_name" in row) and ("text" in row or "caption" in row):
         return "captions"
     return None
+
+
+def _is_pairs(turns: Any) -> bool:
+    """ms-swift's sharegpt turns: each an object of a user and an assistant text, no role key."""
+    return (
+        isinstance(turns, list)
+        and bool(turns)
+        and all(
+            isinstance(t, Mapping)
+            and not any(key in t for key in ("role", "content", "from", "value"))
+            and any(key in t for key in _PAIR_USER)
+            for t in turns
+        )
+    )
 
 
 def _embedded_too_large(label: str, size: int, kind: str = "image") -> str:
@@ -345,8 +385,13 @@ def _holds(messages: tuple[Message, ...], kind: str) -> bool:
     return any(part.media == kind for message in messages for part in message.parts)
 
 
+def _turns_key(row: Mapping[str, Any]) -> str:
+    """The row's conversation field: messages, conversations, or ms-swift's conversation."""
+    return next((key for key in ("messages", "conversations", "conversation") if key in row), "messages")
+
+
 def parse_sharegpt(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
-    key = "messages" if "messages" in row else "conversations"
+    key = _turns_key(row)
     if key not in row:
         raise RowError('missing "messages" or "conversations"')
     turns = row[key]
@@ -391,21 +436,27 @@ def _typed_part(part: Any, position: str, resolve: ImageResolver) -> tuple[Part,
     if not isinstance(part, Mapping):
         raise RowError(f"{position} is a {type(part).__name__}, not a content part")
     kind = part.get("type")
-    if kind == "text":
-        text = part.get("text", "")
+    if kind in ("text", "reasoning"):
+        # LLaMA-Factory v1 keys every part's content "value" (v1/utils/types.py Content); its
+        # "reasoning" part is the assistant's thought, counted here as text.
+        text = part.get("text", part.get("value", ""))
         if not isinstance(text, str):
             raise RowError(f'{position} "text" must be a string')
         return Part(text=text), None
     if kind in ("image", "image_url"):
-        value = part.get("image", part.get("url", part.get("path", part.get("image_url"))))
+        if isinstance(part.get("source"), Mapping):  # Anthropic's {"type": "image", "source": {...}}
+            return Part(is_image=True), resolve(_anthropic_source(part["source"], position))
+        value = part.get("image", part.get("url", part.get("path", part.get("image_url", part.get("value")))))
         if isinstance(value, Mapping) and "url" in value:
             value = value["url"]
         if value is None:
             return Part(is_image=True), None  # image given in the row's "images" list instead
-        return Part(is_image=True), resolve(value)
+        ref = resolve(value)
+        sizing = _sizing(part, position)
+        return Part(is_image=True), ref if sizing is None else replace(ref, sizing=sizing)
     if isinstance(kind, str) and kind in _MEDIA_PARTS:
         media, keys = _MEDIA_PARTS[kind]
-        value = next((part[key] for key in keys if part.get(key) is not None), None)
+        value = next((part[key] for key in (*keys, "value") if part.get(key) is not None), None)
         if isinstance(value, Mapping) and "url" in value:
             value = value["url"]
         if value is None:
@@ -416,8 +467,43 @@ def _typed_part(part: Any, position: str, resolve: ImageResolver) -> tuple[Part,
     raise RowError(f"{position} has unsupported type {_short(kind)}")
 
 
+def _anthropic_source(source: Mapping[str, Any], position: str) -> str:
+    """An Anthropic image block's source as an image reference (ms-swift 4.6.0,
+    MessagesPreprocessor._anthropic_image_source: base64 -> a data: URI, url -> the URL; a local
+    "path" source is read as a path here, where ms-swift refuses it)."""
+    kind = source.get("type")
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str) or not media_type or not data:
+            raise RowError(f'{position} base64 image source needs "media_type" and "data"')
+        return f"data:{media_type};base64,{data}"
+    key = {"url": "url", "path": "path", "file": "path"}.get(kind) if isinstance(kind, str) else None
+    if key is None:
+        raise RowError(
+            f"{position} image source has unsupported type {_short(kind)}; known: base64, url, path"
+        )
+    value = source.get(key)
+    if not isinstance(value, str) or not value:
+        raise RowError(f'{position} {kind} image source needs a "{key}" string')
+    return value
+
+
+# qwen-vl-utils' per-image keys (vision_process.py fetch_image): honoured by the Qwen-VL count.
+_SIZING_KEYS = ("min_pixels", "max_pixels", "resized_height", "resized_width")
+
+
+def _sizing(part: Mapping[str, Any], position: str) -> ImageSizing | None:
+    given = {key: part[key] for key in _SIZING_KEYS if part.get(key) is not None}
+    if not given:
+        return None
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 2**31:
+            raise RowError(f'{position} "{key}" must be a positive number, got {_short(value)}')
+    return ImageSizing(**{key: int(value) for key, value in given.items()})
+
+
 def parse_openai(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
-    turns = row.get("messages", row.get("conversations"))
+    turns = row.get(_turns_key(row))
     if not isinstance(turns, list) or not turns:
         raise RowError('"messages" must be a non-empty list of turns')
     messages: list[Message] = []
@@ -491,6 +577,200 @@ def parse_captions(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     # A caption row is an image followed by its caption: the image takes the user turn's place.
     messages = (Message(Role.USER, (Part(is_image=True),)), Message(Role.ASSISTANT, (Part(text=text),)))
     return messages, (resolve(image),), ()
+
+
+# -- trainer layouts (issue 21) ---------------------------------------------------------------------
+
+# ms-swift 4.6.0 swift/dataset/preprocessor/core.py ResponsePreprocessor: the columns it reads as the
+# query and the response, in this order of priority (RowPreprocessor renames the first one present).
+_QUERY_KEYS = ("query", "prompt", "input", "instruction", "question", "problem")
+_RESPONSE_KEYS = (
+    "response", "answer", "output", "targets", "target", "answer_key", "answers", "solution",
+    "text", "completion", "content",
+)  # fmt: skip
+_SYSTEM_KEYS = ("system", "system_prompt")
+# MessagesPreprocessor.sharegpt_to_messages: the user and assistant keys of one pair.
+_PAIR_USER = ("user", "human")
+_PAIR_ASSISTANT = ("assistant", "gpt", "bot")
+DJ_IMAGE = "<__dj__image>"  # data-juicer's SpecialTokens.image (data_juicer/utils/mm_utils.py)
+DJ_EOC = "<|__dj__eoc|>"  # SpecialTokens.eoc: the end of a chunk
+_DJ_ROLE = re.compile(r"\[\[([a-zA-Z]*?)\]\]: ")  # dj_to_llava.py's from_pattern
+
+
+def _text_of(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RowError(f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _first_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    return next((key for key in keys if key in row), None)
+
+
+def _images_first(messages: list[Message], count: int) -> list[Message]:
+    """`count` image parts before the first user turn's text, where the text holds no placeholder.
+
+    ms-swift's Template._add_default_tags puts the missing `<image>` tags at the start of the first
+    message; SmolVLM's and R1-V's training scripts put the images first in the user turn.
+    """
+    if not count or any(part.is_image for message in messages for part in message.parts):
+        return messages
+    _bound(count, count)
+    position = next((i for i, m in enumerate(messages) if m.role is Role.USER), None)
+    if position is None:
+        return messages
+    first = messages[position]
+    messages[position] = Message(first.role, (Part(is_image=True),) * count + first.parts)
+    return messages
+
+
+def _images_of(row: Mapping[str, Any], resolve: ImageResolver) -> tuple[ImageRef, ...]:
+    return _image_list(row, "images", resolve) if "images" in row else _image_list(row, "image", resolve)
+
+
+def parse_prompt_completion(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
+    """TRL's prompt-completion rows (conversational: lists of messages; standard: strings), verl's
+    `prompt` of messages. TRL renders prompt + completion as one conversation
+    (trl/data_utils.py apply_chat_template), so the row is its prompt's turns and then its completion's."""
+    turns: list[Any] = []
+    for key, role in (("prompt", "user"), ("completion", "assistant")):
+        value = row.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            turns.append({"role": role, "content": value})
+        elif isinstance(value, list):
+            turns.extend(value)
+        else:
+            raise RowError(f'"{key}" must be a string or a list of messages, got {type(value).__name__}')
+    if not turns:
+        raise RowError('"prompt" is empty')
+    typed = any(isinstance(t, Mapping) and isinstance(t.get("content"), list) for t in turns)
+    shaped = {"messages": turns, **{k: row[k] for k in ("images", "videos", "audios") if k in row}}
+    if "image" in row and "images" not in row:
+        shaped["images"] = row["image"]
+    if typed:
+        return parse_openai(shaped, resolve)
+    return (
+        _text_turns(turns, "role", "content"),
+        _image_list(shaped, "images", resolve),
+        _row_media(row, resolve),
+    )
+
+
+def parse_cauldron(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
+    """the_cauldron / FineVision: `texts` of {user, assistant} pairs; the images go before the first
+    user text (as SmolVLM's and Idefics3's fine-tuning notebooks build the conversation)."""
+    texts = row.get("texts")
+    if not isinstance(texts, list) or not texts:
+        raise RowError('"texts" must be a non-empty list of {"user", "assistant"} objects')
+    _bound(0, 0, parts=2 * len(texts))
+    messages: list[Message] = []
+    for position, pair in enumerate(texts):
+        if not isinstance(pair, Mapping) or "user" not in pair or "assistant" not in pair:
+            raise RowError(f'texts item {position} must be an object with "user" and "assistant"')
+        messages.append(
+            Message(Role.USER, split_placeholders(_text_of(pair["user"], f"texts {position} user")))
+        )
+        messages.append(
+            Message(
+                Role.ASSISTANT, split_placeholders(_text_of(pair["assistant"], f"texts {position} assistant"))
+            )
+        )
+    images = _images_of(row, resolve)
+    return tuple(_images_first(messages, len(images))), images, _row_media(row, resolve)
+
+
+def parse_query_response(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
+    """ms-swift's ResponsePreprocessor: system, query, response and history [[q, a], ...]; EasyR1's
+    and verl's problem / answer, R1-V's image / problem / solution read the same way. Images that no
+    `<image>` places go first in the first user turn (swift's _add_default_tags)."""
+    query_key, response_key = _first_key(row, _QUERY_KEYS), _first_key(row, _RESPONSE_KEYS)
+    if query_key is None or response_key is None:
+        raise RowError(
+            f"needs a query ({', '.join(_QUERY_KEYS)}) and a response ({', '.join(_RESPONSE_KEYS)})"
+        )
+    response = row[response_key]
+    if isinstance(response, list) and response:
+        response = response[0]  # ms-swift keeps the first of several responses
+    history = row.get("history") or []
+    if not isinstance(history, list):
+        raise RowError('"history" must be a list of [query, response] pairs')
+    _bound(0, 0, parts=2 * len(history) + 3)
+    messages: list[Message] = []
+    system_key = _first_key(row, _SYSTEM_KEYS)
+    system = _text_of(row.get(system_key), f'"{system_key}"') if system_key else ""
+    if system:
+        messages.append(Message(Role.SYSTEM, split_placeholders(system)))
+    images = media = 0
+    for position, pair in enumerate([*history, [row[query_key], response]]):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise RowError(f'"history" item {position} must be a [query, response] pair')
+        for role, text in zip((Role.USER, Role.ASSISTANT), pair, strict=True):
+            parts = split_placeholders(_text_of(text, f"{role.value} text {position}"))
+            images += sum(part.is_image for part in parts)
+            media += sum(bool(part.media) for part in parts)
+            _bound(0, images, media)
+            messages.append(Message(role, parts))
+    refs = _images_of(row, resolve)
+    return tuple(_images_first(messages, len(refs))), refs, _row_media(row, resolve)
+
+
+def parse_pairs(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
+    """ms-swift's sharegpt pairs: `conversation` (or conversations / messages) of {"human": q,
+    "assistant": a} objects (MessagesPreprocessor.sharegpt_to_messages), with `system` and `images`."""
+    turns = row.get(_turns_key(row))
+    if not _is_pairs(turns):
+        raise RowError('"conversation" must be a non-empty list of {"human", "assistant"} objects')
+    _bound(0, 0, parts=2 * len(turns) + 1)
+    messages: list[Message] = []
+    system_key = _first_key(row, _SYSTEM_KEYS)
+    system = _text_of(row.get(system_key), f'"{system_key}"') if system_key else ""
+    if system:
+        messages.append(Message(Role.SYSTEM, split_placeholders(system)))
+    for position, pair in enumerate(turns):
+        user = pair[_first_key(pair, _PAIR_USER)]
+        assistant_key = _first_key(pair, _PAIR_ASSISTANT)
+        if assistant_key is None:
+            raise RowError(f'conversation item {position} has no "assistant" (has {sorted(pair)})')
+        messages.append(Message(Role.USER, split_placeholders(_text_of(user, f"item {position} user"))))
+        messages.append(
+            Message(
+                Role.ASSISTANT,
+                split_placeholders(_text_of(pair[assistant_key], f"item {position} assistant")),
+            )
+        )
+    refs = _images_of(row, resolve)
+    return tuple(_images_first(messages, len(refs))), refs, _row_media(row, resolve)
+
+
+def parse_data_juicer(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
+    """data-juicer's multimodal rows: `text` with `<__dj__image>` where each image goes and
+    `<|__dj__eoc|>` ending each chunk; turns marked `[[human]]: ` / `[[gpt]]: ` as llava_to_dj.py
+    writes them (split as dj_to_llava.py splits them). A text without role marks is a caption: its
+    images in the user turn, its text the answer."""
+    text = _text_of(row.get("text"), '"text"')
+    images = _image_list(row, "images", resolve)
+    pieces = _DJ_ROLE.split(text)
+    if len(pieces) == 1:  # no roles: a captioned image (or interleaved document)
+        count = text.count(DJ_IMAGE)
+        _bound(0, count)
+        caption = text.replace(DJ_IMAGE, "").replace(DJ_EOC, "").strip()
+        messages = (
+            Message(Role.USER, (Part(is_image=True),) * count),
+            Message(Role.ASSISTANT, split_placeholders(caption)),
+        )
+        return messages, images, _row_media(row, resolve)
+    if pieces[0].strip():
+        raise RowError(f"text before the first [[role]]: mark: {_short(pieces[0])}")
+    _bound(0, 0, parts=len(pieces) // 2)
+    messages_list = []
+    for role, sentence in zip(pieces[1::2], pieces[2::2], strict=True):
+        sentence = sentence.strip().replace(DJ_EOC, "").strip().replace(DJ_IMAGE, IMAGE_PLACEHOLDER)
+        messages_list.append(Message(_role(role), split_placeholders(sentence)))
+    return tuple(messages_list), images, _row_media(row, resolve)
 
 
 # Pre-tokenized rows: the per-token fields, each as long as input_ids (VLM503).
@@ -576,6 +856,11 @@ PARSERS: dict[str, Callable[[Mapping[str, Any], ImageResolver], Parsed]] = {
     "openai": parse_openai,
     "alpaca": parse_alpaca,
     "captions": parse_captions,
+    "prompt-completion": parse_prompt_completion,
+    "cauldron": parse_cauldron,
+    "query-response": parse_query_response,
+    "pairs": parse_pairs,
+    "data-juicer": parse_data_juicer,
 }
 
 
@@ -587,6 +872,16 @@ LAYOUT_FIELDS = {
     "alpaca": '"instruction" and "output" (+ "input", "images")',
     "captions": '"image" or "file_name", and "text" or "caption"',
     "pretokenized": '"input_ids" (+ "attention_mask", "labels", "position_ids", "image_grid_thw"...)',
+    "prompt-completion": '"prompt" (+ "completion", "images"; TRL, verl)',
+    "cauldron": '"texts" of {"user", "assistant"} (+ "images"; the_cauldron, FineVision)',
+    "query-response": '"query"/"problem"/"question" and "response"/"answer"/"solution" (+ "history"; ms-swift)',
+    "pairs": '"conversation" of {"human", "assistant"} (ms-swift)',
+    "data-juicer": '"text" with <__dj__image> (+ "images")',
+}
+# The fields a layout reads; a row holding none of them is not of that layout (mixed files).
+_KEY_FIELDS: dict[str, set[str]] = {
+    "alpaca": {"instruction", "input", "output", "system"},
+    "captions": {"image", "file_name", "text", "caption"},
 }
 _JSON_TYPES = {"list": "array", "str": "string", "int": "number", "float": "number", "bool": "boolean"}
 
@@ -665,6 +960,10 @@ def row_to_sample(
     chosen = layout or detect_layout(row)
     if chosen is None:
         return Sample(**base, problems=(_unknown_layout(fields),))
+    if from_first_row and not set(row) & _KEY_FIELDS.get(chosen, set(row)) and detect_layout(row) is None:
+        # A row of a mixed file that shares no field with its file's layout: not read as that layout
+        # (alpaca's fields are all optional, so it would parse as an empty conversation).
+        return Sample(**base, problems=(_unknown_layout(fields, f" (this file's rows are {chosen})"),))
     if chosen == "pretokenized":
         try:
             return Sample(**base, layout=chosen, pretokenized=parse_pretokenized(row))
