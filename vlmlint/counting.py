@@ -52,6 +52,11 @@ def _added_special(tokenizer: Any) -> tuple[int, int]:
 _VIDEO = frozenset({"video"})
 
 
+@dataclass(frozen=True)
+class _VideoRun(Run):
+    """A run of a video's expansion: never taken for an image's run of the same token and length."""
+
+
 class TextEncoder:
     """One model's render -> compose -> tokenize; `template` None: the raw turns joined."""
 
@@ -129,7 +134,10 @@ class TextEncoder:
             pieces = segment.split(placeholder)
             out.append(pieces[0])
             for piece in pieces[1:]:
-                out.extend(next(expansions))
+                out.extend(
+                    _VideoRun(seg.token, seg.count) if isinstance(seg, Run) else seg
+                    for seg in next(expansions)
+                )
                 out.append(piece)
         return out
 

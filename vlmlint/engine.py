@@ -320,6 +320,8 @@ class Scanner:
                 counts.append(self.family.count_video(info.video.as_torchcodec(), self.model.video_settings))
             except CountError as exc:
                 raise CountError(f"video {position} ({info.reference}): {exc}") from None
+        if len(counts) > 1 and self.family.check_videos is not None:
+            self.family.check_videos(counts, self.model.video_settings)  # CountError: the row's error
         counted = iter(counts)
         media = tuple(
             evolve(

@@ -141,3 +141,19 @@ def test_the_records_cover_sampling_modes_and_refusals():
     assert set(range(1, 41)) <= {case["frames"] for case in CASES}
     errors = {case["result"]["error"] for case in CASES if "error" in case["result"]}
     assert {"ValueError", "ZeroDivisionError", "TypeError", "RuntimeError"} <= errors
+
+
+def test_a_row_whose_videos_keep_different_frames_is_the_processors_error():
+    """InternVLProcessor stacks a row's videos (checked in the reference venv: 4 and 6 frames raise
+    ValueError "stack expects each tensor to be equal size"; 4 and 4 frames of different sizes do not,
+    since every frame is resized to 448x448)."""
+    model = load_model(str(PROCESSORS / "internvl3-1b-hf"))
+    settings = model.video_settings
+    four = internvl.count_video(VideoMeta(frames=4, fps=24.0, duration=4 / 24, width=64, height=64), settings)
+    other = internvl.count_video(
+        VideoMeta(frames=4, fps=24.0, duration=4 / 24, width=96, height=128), settings
+    )
+    six = internvl.count_video(VideoMeta(frames=6, fps=24.0, duration=6 / 24, width=64, height=64), settings)
+    internvl.check_videos([four, other], settings)
+    with pytest.raises(CountError, match="stack expects each tensor to be equal size"):
+        internvl.check_videos([four, six], settings)

@@ -154,6 +154,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
+    "check_videos",
 )  # fmt: skip
 
 
@@ -215,6 +216,9 @@ class Family:
     count_video: Callable[..., VideoCount] | None = None
     expand_video: Callable[[VideoCount, Any], Expansion] | None = None
     video_position_span: Callable[[VideoCount, Any], int] | None = None
+    # (the row's video counts, video settings) -> None, or CountError where the processor refuses the
+    # videos together (InternVL stacks a row's videos: their frame counts and sizes must agree).
+    check_videos: Callable[[list[VideoCount], Any], None] | None = None
 
     @classmethod
     def define(cls, module: str, **fields: Any) -> Family:

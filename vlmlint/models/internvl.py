@@ -290,6 +290,21 @@ def count_video(meta: VideoMeta, settings: InternVLVideoSettings) -> VideoCount:
     return VideoCount(frames, height, width, (frames,), frames * settings.image_seq_length, mode)
 
 
+def check_videos(counts: list[VideoCount], settings: InternVLVideoSettings) -> None:
+    """InternVLProcessor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt",
+    as trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError
+    ("Unable to convert output 'pixel_values_videos' ... stack expects each tensor to be equal size")."""
+    del settings
+    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
+    if len(set(shapes)) > 1:
+        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
+        raise CountError(
+            f"the row's videos keep different frames ({listed}): InternVLProcessor stacks them into one "
+            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
+            "or sample the same number of frames"
+        )
+
+
 def expand_video(count: VideoCount, settings: InternVLVideoSettings) -> Expansion:
     """InternVLProcessor.replace_video_token: "Frame{i}: <img>" + image_seq_length <IMG_CONTEXT> +
     "</img>" per frame, joined by newlines (the template's own newline follows the video token)."""

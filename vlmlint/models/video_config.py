@@ -8,8 +8,10 @@ the same settings itself:
   `video_processor` dict nested in processor_config.json, else video_preprocessor_config.json, else
   preprocessor_config.json (a Qwen2-VL checkpoint ships only the image processor's file, whose
   min_pixels / max_pixels then bound video frames too);
-- the class: the file's `video_processor_type`, else the auto mapping's entry for config.json's
-  model_type (read from video_processing_auto.py's source);
+- the class: the file's `video_processor_type`, else its `image_processor_type` with ImageProcessor
+  read as VideoProcessor where transformers has such a class (AutoVideoProcessor's fallback for a
+  previous image processor's file), else the auto mapping's entry for config.json's model_type (read
+  from video_processing_auto.py's source);
 - the class defaults: its literal class attributes and its bases', read from the transformers source
   (never imported), arithmetic included (`size = {"shortest_edge": 128 * 28 * 28, ...}`). The file's
   keys override them, as `from_dict` passes them to `__init__`.
@@ -181,6 +183,12 @@ def video_processor_config(
     if not config:
         source = None
     class_name = config.get("video_processor_type")
+    if not isinstance(class_name, str):  # an image processor's file: its class's video twin, if there is one
+        image_type = config.get("image_processor_type")
+        inferred = (
+            image_type.replace("ImageProcessor", "VideoProcessor") if isinstance(image_type, str) else None
+        )
+        class_name = inferred if inferred in _classes() else None
     if not isinstance(class_name, str):
         class_name = class_for_model_type(model_type)
     settings = class_defaults(class_name) if class_name else {}
