@@ -34,7 +34,34 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # -h as --help on every command, as ruff, black and pip take it.
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    # Plain click help: usable at 80 columns, boolean flags shown as flags, and no rich markup to eat
+    # the brackets of "pip install 'vlmlint[ray]'".
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"vlmlint {__version__}")
+        raise typer.Exit(EXIT_CLEAN)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print vlmlint's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Lint image+text datasets for vision-language models before training."""
 
 
 # text, json, jsonl, sarif, github, junit, gitlab, html (vlmlint/report/formats.py is the registry)

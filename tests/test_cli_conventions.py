@@ -1,0 +1,42 @@
+"""Command-line conventions ruff, black, pytest and pip share (issue 22, part 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from vlmlint.cli import app
+from vlmlint.version import __version__
+
+runner = CliRunner()
+COMMANDS = ["scan", "stats", "rules", "rule", "config", "models", "version"]
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag(flag):
+    result = runner.invoke(app, [flag])
+    assert result.exit_code == 0 and result.output.strip() == f"vlmlint {__version__}"
+
+
+@pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS)])
+def test_dash_h_is_help_on_every_command(command):
+    short, long = runner.invoke(app, [*command, "-h"]), runner.invoke(app, [*command, "--help"])
+    assert short.exit_code == long.exit_code == 0
+    assert short.output == long.output and "Usage: vlmlint" in short.output
+
+
+def test_help_shows_boolean_flags_as_flags_keeps_brackets_and_fits_80_columns():
+    result = runner.invoke(app, ["scan", "--help"], terminal_width=80, env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    assert "-q, --quiet " in result.output and "<bool>" not in result.output
+    assert "vlmlint[ray]" in result.output  # no markup ate the extra's brackets
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "--pipeline-option" in result.output  # option names are not cut
+
+
+def test_python_dash_m_vlmlint():
+    done = subprocess.run([sys.executable, "-m", "vlmlint", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"vlmlint {__version__}"
