@@ -40,3 +40,16 @@ def test_help_shows_boolean_flags_as_flags_keeps_brackets_and_fits_80_columns():
 def test_python_dash_m_vlmlint():
     done = subprocess.run([sys.executable, "-m", "vlmlint", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == f"vlmlint {__version__}"
+
+
+def test_a_selector_that_matches_no_rule_is_an_error_and_names_are_accepted(tmp_path):
+    from tests.conftest import DATASETS
+
+    bad = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--select", "VLM999", "-q"])
+    assert bad.exit_code == 2 and "matches no rule" in bad.output
+    named = runner.invoke(
+        app, ["scan", str(DATASETS / "demo"), "--select", "unreadable-image", "-q", "-f", "json"]
+    )
+    import json
+
+    assert set(json.loads(named.output)["summary"]["by_code"]) == {"VLM201"}

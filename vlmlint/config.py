@@ -329,13 +329,17 @@ def _codes(value: Any, what: str) -> tuple[str, ...]:
         value = [part for part in value.replace(" ", "").split(",") if part]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{what} must be a list of rule codes or prefixes, got {_short(value)}")
-    from vlmlint.rules import RULES_BY_CODE
+    from vlmlint.rules import ALL_RULES, RULES_BY_CODE
 
-    codes = tuple(v.strip().upper() for v in value)
-    for code in codes:
+    by_name = {rule.name: rule.code for rule in ALL_RULES}  # kebab names are accepted where codes are
+    codes = tuple(by_name.get(v.strip().lower(), v.strip().upper()) for v in value)
+    for given, code in zip(value, codes, strict=True):
         # Why: an empty prefix matches every rule, a typo none; either switches checks off in silence.
         if not _CODE.fullmatch(code) or not any(known.startswith(code) for known in RULES_BY_CODE):
-            raise ConfigError(f"{what}: {_short(code)} is not a rule code or prefix (see 'vlmlint rules')")
+            raise ConfigError(
+                f"{what}: {_short(given.strip())} matches no rule (a code like VLM401, a prefix like VLM4, or a "
+                "name like sequence-too-long; see 'vlmlint rules')"
+            )
     return codes
 
 
