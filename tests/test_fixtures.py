@@ -128,6 +128,22 @@ def _decode(ref):
         return ImageOps.exif_transpose(image).convert("RGB")
 
 
+def _loaded(ref, scanner):
+    """The image as the row's loader hands it to the processor: qwen-vl-utils' fetch_image resizes an
+    image part with per-image settings (its recorded size, fixtures/qwen_vl_utils_sizes.json) for Qwen-VL."""
+    image = _decode(ref)
+    if ref.sizing is None or scanner.family.name != "qwen-vl":
+        return image
+    from tests.test_qwen_vl_utils_sizing import recorded_size
+
+    with Image.open(ref.path) as stored:  # fetch_image opens the file without its EXIF orientation
+        width, height = stored.size
+    sizing = {k: v for k, v in vars(ref.sizing).items() if v is not None}
+    resized = recorded_size(height, width, sizing, scanner.model.settings.factor)
+    assert resized is not None, "fetch_image refuses this image: the fixture row must not be counted"
+    return image.resize((resized[1], resized[0]))
+
+
 def _image_runs(ids: list[int], token_id: int) -> list[int]:
     runs, current = [], 0
     for token in ids:
@@ -162,7 +178,7 @@ def test_counts_equal_the_real_processor(name, processor_name, scanners):
             text = processor.apply_chat_template(conversation_for_template(without_media(sample.messages)))
         else:  # no template (e.g. PaliGemma): both sides get vlmlint's documented raw rendering
             text = scanner.render(sample.messages)
-        images = [_decode(ref) for ref in sample.images] or None
+        images = [_loaded(ref, scanner) for ref in sample.images] or None
         # Nested per sample, as apply_chat_template(tokenize=True) and trainers pass them (OneVision counts differ).
         nested = [images] if images else None
         try:

@@ -364,7 +364,10 @@ class Scanner:
             except ImageProblem as problem:  # a full decode finds what the header could not
                 failed = replace(headers[position], error_code=problem.kind, error=problem.message)
                 return headers[:position] + (failed,) + headers[position + 1 :], None
-        resized = [self._trainer_resized(image, info) for image, info in zip(decoded, headers, strict=True)]
+        resized = [
+            self._trainer_resized(image, info, ref)
+            for image, info, ref in zip(decoded, headers, sample.images, strict=True)
+        ]
         return headers, resized
 
     def _decode(self, ref: ImageRef) -> Any:
@@ -396,7 +399,10 @@ class Scanner:
                     return headers, None
                 counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
             else:
-                counts = [self._count(*self._trainer_size(info), len(headers)) for info in headers]
+                counts = [
+                    self._count(*self._loader_size(ref, info), len(headers))
+                    for ref, info in zip(sample.images, headers, strict=True)
+                ]
         except CountError as exc:
             rejected = tuple(self._rejected(info, exc) for info in headers)
             if not any(info.error_code for info in rejected):
@@ -435,8 +441,26 @@ class Scanner:
             return info.width, info.height
         return info.height, info.width
 
-    def _trainer_resized(self, image: Any, info: ImageInfo) -> Any:
-        """A decoded image at the size the trainer's pre-resize gives it (--pipeline)."""
+    def _loader_size(self, ref: ImageRef, info: ImageInfo) -> tuple[int, int]:
+        """(height, width) the processor gets: qwen-vl-utils' per-image resize for the Qwen-VL family
+        (ImageRef.sizing; fetch_image opens the file without its EXIF orientation), else _trainer_size."""
+        if ref.sizing is None or self.family.name != "qwen-vl" or self.config.pipeline != "hf":
+            return self._trainer_size(info)
+        from vlmlint.models.qwen_vl import fetch_image_size
+
+        stored = (info.width, info.height) if info.orientation in (5, 6, 7, 8) else (info.height, info.width)
+        return fetch_image_size(*stored, ref.sizing, self.model.settings.factor)
+
+    def _trainer_resized(self, image: Any, info: ImageInfo, ref: ImageRef | None = None) -> Any:
+        """A decoded image at the size the trainer's pre-resize gives it (--pipeline), or qwen-vl-utils'."""
+        if (
+            ref is not None
+            and ref.sizing is not None
+            and self.family.name == "qwen-vl"
+            and self.config.pipeline == "hf"
+        ):
+            height, width = self._loader_size(ref, info)
+            return image if (height, width) == (image.height, image.width) else image.resize((width, height))
         if self._stored_size and info.orientation in (5, 6, 7, 8):
             from PIL import Image
 

@@ -95,6 +95,43 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
+def fetch_image_size(height: int, width: int, sizing: Any, factor: int) -> tuple[int, int]:
+    """(height, width) qwen-vl-utils 0.0.14 resizes an image to before the processor sees it, from a
+    row's per-image settings (vision_process.py fetch_image with image_patch_size * 2 = `factor`):
+    resized_height and resized_width when both are given, else min_pixels / max_pixels (defaults 4 and
+    16384 factor-sized tokens), through its own smart_resize (a side is at least `factor`; no floor
+    on the downscale branch). Its ValueError (aspect ratio above 200) and AssertionError (max_pixels
+    below min_pixels) are CountErrors."""
+    if sizing.resized_height is not None and sizing.resized_width is not None:
+        height, width = sizing.resized_height, sizing.resized_width
+        min_pixels, max_pixels = 4 * factor**2, 16384 * factor**2
+    else:
+        min_pixels = sizing.min_pixels if sizing.min_pixels is not None else 4 * factor**2
+        max_pixels = sizing.max_pixels if sizing.max_pixels is not None else 16384 * factor**2
+    if max_pixels < min_pixels:
+        raise CountError("qwen-vl-utils: the max_pixels of image must be greater than or equal to min_pixels")
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise CountError(
+            f"qwen-vl-utils: absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, "
+            f"got {max(height, width) / min(height, width)}"
+        )
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = math.floor(height / beta / factor) * factor
+        w_bar = math.floor(width / beta / factor) * factor
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    if not h_bar or not w_bar:
+        raise CountError(
+            f"qwen-vl-utils resizes the {width}x{height} image to {w_bar}x{h_bar}: PIL refuses it"
+        )
+    return h_bar, w_bar
+
+
 def max_pixels_saturation(height: int, width: int, factor: int) -> int:
     """The max_pixels from which smart_resize no longer shrinks this image: its rounded area.
 
