@@ -53,3 +53,26 @@ def test_a_selector_that_matches_no_rule_is_an_error_and_names_are_accepted(tmp_
     import json
 
     assert set(json.loads(named.output)["summary"]["by_code"]) == {"VLM201"}
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ("qwen2vl", "unknown profile; did you mean qwen2-vl"),
+        ("./no/such/processor", "no such folder"),
+        ("fixtures/datasets/demo/data.jsonl", "a file, not a processor folder"),
+    ],
+)
+def test_a_mistyped_model_fails_at_once_without_the_hub(model, says, monkeypatch):
+    """No hub request for a bare name or a local-looking path (the hub's retries took 35-50 s)."""
+    import transformers.utils
+
+    from tests.conftest import DATASETS, ROOT
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError(f"the hub was asked for {args}")
+
+    monkeypatch.setattr(transformers.utils, "cached_file", no_hub)
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--model", model, "-q"])
+    assert result.exit_code == 2 and says in result.output, result.output

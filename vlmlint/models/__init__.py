@@ -330,6 +330,10 @@ def load_model(
         name = profiles.DEFAULT_PROFILE
     profile = None if os.path.isdir(name) else profiles.find_profile(name)
     if profile is None:
+        if not os.path.isdir(name):
+            refusal = _not_a_model(name, profiles.PROFILES)
+            if refusal is not None:
+                raise ModelError(refusal)
         return _load_processor(name, trust_remote_code, force_fallback)
     try:
         folder = profiles.profile_folder(profile)
@@ -341,6 +345,28 @@ def load_model(
     model.checkpoint = profile.checkpoint
     model.text_tokens_estimated = profile.text_tokens_estimated
     return model
+
+
+def _not_a_model(name: str, known: Any) -> str | None:
+    """Why `name` (no folder, no profile) cannot be a model, said at once: a path that does not exist,
+    or a bare name (hub ids have the form org/name; the hub is never asked for one without a slash)."""
+    import difflib
+
+    if os.path.exists(name):
+        return f"{name}: a file, not a processor folder (pass the folder that holds preprocessor_config.json)"
+    looks_local = (
+        name.startswith((".", "/", "~", "\\")) or name.endswith(("/", ".json")) or name.count("/") > 1
+    )
+    if looks_local or (os.sep != "/" and os.sep in name):
+        return f"{name}: no such folder"
+    if "/" not in name:
+        close = difflib.get_close_matches(name.strip().lower(), list(known), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return (
+            f"{name}: unknown profile{hint} ('vlmlint models' lists the built-in profiles; a local folder must "
+            "exist, and a Hugging Face hub id has the form org/name)"
+        )
+    return None
 
 
 def _load_image_processor(
