@@ -4,6 +4,8 @@ the counts against the real processors: tests/test_fixtures.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
@@ -206,3 +208,41 @@ def test_cauldron_pair_without_assistant_is_vlm101():
 def test_roles_are_user_and_assistant():
     sample = parse(TRL_ROW)
     assert [m.role for m in sample.messages] == [Role.USER, Role.ASSISTANT]
+
+
+def _scan_codes(target):
+    from vlmlint.readers import iter_samples
+
+    return [[p.code for p in sample.problems] for sample in iter_samples(str(target))]
+
+
+def test_a_file_holding_one_json_object_is_one_finding_not_one_per_line(tmp_path):
+    import json
+
+    config = tmp_path / "preprocessor_config.json"
+    config.write_text(
+        json.dumps({"image_processor_type": "X", "size": {"height": 1}, "a": [1, 2, 3]}, indent=2)
+    )
+    assert _scan_codes(config) == [["VLM102"]]
+
+
+def test_a_dataset_info_json_is_followed_for_its_local_sft_entries():
+    from tests.conftest import DATASETS
+
+    samples = _scan_codes(DATASETS / "media" / "dataset_info.json")
+    assert samples and all(
+        not codes for codes in samples
+    )  # the media demos' rows, read as --dataset reads them
+
+
+def test_an_internvl_meta_file_is_followed_and_its_annotations_not_read_twice():
+    from tests.conftest import DATASETS
+    from vlmlint.readers import iter_samples
+
+    folder = DATASETS / "layouts21_internvl_meta"
+    by_file = [(s.source, s.index, s.problems) for s in iter_samples(str(folder / "meta.json"))]
+    assert [(os.path.basename(src), i, p) for src, i, p in by_file] == [
+        ("train.jsonl", 0, ()),
+        ("train.jsonl", 1, ()),
+    ]
+    assert len(list(iter_samples(str(folder)))) == 2  # the folder: meta.json's rows, train.jsonl not again

@@ -235,11 +235,41 @@ def read_json(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sam
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
     first = _first_significant_byte(path)
+    if first == b"{":
+        whole = _one_object(path)
+        if whole is not None:  # dataset_info.json, an InternVL meta file, a config: not rows
+            from vlmlint.readers.meta import read_object_file
+
+            yield from read_object_file(path, whole, origin, batch_rows)
+            return
     if first != b"[":
-        # A single object, or JSON Lines saved as .json: the JSONL reader handles both.
+        # JSON Lines saved as .json (or one row): the JSONL reader handles both.
         yield from read_jsonl(path, origin, batch_rows)
         return
     yield from _units(_array_rows, path, origin, batch_rows)
+
+
+def _one_object(path: str) -> dict[str, Any] | None:
+    """The file's content when it is one JSON object written over several lines and no dataset row.
+
+    A one-line object is a JSONL file of one row; an object a layout reads is that row.
+    """
+    from vlmlint.readers.layouts import detect_layout
+
+    try:
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except (NotRegularFile, FileNotFoundError, NotADirectoryError, FileTooLarge):
+        return None
+    data = data.removeprefix(b"\xef\xbb\xbf").strip()
+    if b"\n" not in data:
+        return None
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(whole, dict) or detect_layout(whole) is not None:
+        return None
+    return whole
 
 
 def _array_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:

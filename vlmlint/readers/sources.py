@@ -74,7 +74,24 @@ def dataset_files(folder: str) -> list[str]:
             path = os.path.join(directory, name)
             if (extension in MANIFEST_READERS or extension in TABLE_READERS) and is_regular_file(path):
                 found.append(path)
-    return found
+    # An InternVL meta file reads its annotation files (with their image roots): not read twice.
+    followed = {
+        annotation for path in found if path.endswith(".json") for annotation in _meta_annotations(path)
+    }
+    return [path for path in found if os.path.abspath(path) not in followed]
+
+
+def _meta_annotations(path: str) -> set[str]:
+    from vlmlint.readers.manifest import _first_significant_byte, _one_object
+    from vlmlint.readers.meta import is_internvl_meta
+
+    if _first_significant_byte(path) != b"{":
+        return set()
+    whole = _one_object(path)
+    if whole is None or not is_internvl_meta(whole):
+        return set()
+    folder = os.path.dirname(os.path.abspath(path))
+    return {os.path.normpath(os.path.join(folder, entry["annotation"])) for entry in whole.values()}
 
 
 def shard_files(folder: str) -> list[str]:
