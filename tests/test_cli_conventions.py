@@ -76,3 +76,16 @@ def test_a_mistyped_model_fails_at_once_without_the_hub(model, says, monkeypatch
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--model", model, "-q"])
     assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_packaging_metadata():
+    """An SPDX license (no setuptools deprecation warning on install), its file, and classifiers."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from tests.conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "Apache-2.0" and (ROOT / "LICENSE").is_file()
+    assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
