@@ -94,7 +94,7 @@ def test_cli_reads_vlmlint_toml(tmp_path, monkeypatch):
     ignored = runner.invoke(app, ["scan", "data.jsonl", "--format", "json", "--ignore", "VLM4"])
     assert ignored.exit_code == 0 and "VLM401" not in orjson.loads(ignored.stdout)["summary"]["by_code"]
     shown = runner.invoke(app, ["config"])
-    assert shown.exit_code == 0 and "max_length = 10" in shown.stdout and "near_limit_share" in shown.stdout
+    assert shown.exit_code == 0 and "max-length = 10" in shown.stdout and "near-limit-share" in shown.stdout
 
 
 def test_bad_threshold_flag_exits_2(tmp_path):
@@ -168,14 +168,29 @@ def test_config_command_shows_effective_values_and_their_origin(tmp_path, monkey
     )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert "max_length = 20  # flag" in lines  # the flag wins over the file's 10
-    assert "select = ['VLM1']  # file" in lines
-    assert "fail_on = 'warning'  # flag" in lines
-    assert "model = 'qwen2-vl'  # default" in lines
-    assert "per_source_ignores = {'old/*': ['VLM2']}  # file" in lines
-    assert any(line.startswith("near_limit_share = 0.5  # file:") for line in lines)
-    assert any(line.startswith("tiny_image_side = 10  # flag:") for line in lines)
-    assert any(line.startswith("bomb_pixels = 89478485  # default:") for line in lines)
+    assert "max-length = 20  # flag" in lines  # the flag wins over the file's 10
+    assert 'select = ["VLM1"]  # file' in lines
+    assert 'fail-on = "warning"  # flag' in lines
+    assert 'model = "qwen2-vl"  # default' in lines
+    assert 'per-source-ignores = {"old/*" = ["VLM2"]}  # file' in lines
+    assert "jobs = 0  # default" in lines  # scan's own default (every core), not ScanConfig's 1
+    assert "# layout =  # unset (default)" in lines
+    assert any(line.startswith("near-limit-share = 0.5  # file:") for line in lines)
+    assert any(line.startswith("tiny-image-side = 10  # flag:") for line in lines)
+    assert any(line.startswith("bomb-pixels = 89478485  # default:") for line in lines)
+    # valid TOML, which read back as a config file gives the same settings
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    printed = tomllib.loads(result.stdout)["tool"]["vlmlint"]
+    assert printed["max-length"] == 20 and printed["thresholds"]["tiny-image-side"] == 10
+    (tmp_path / "pyproject.toml").write_text(result.stdout)
+    (tmp_path / "vlmlint.toml").unlink()
+    again = runner.invoke(app, ["config"])
+    assert again.exit_code == 0, again.output
+    assert "max-length = 20  # file" in again.stdout.splitlines()
     bad = runner.invoke(app, ["config", "--threshold", "nope=1"])
     assert bad.exit_code == 2 and "unknown threshold" in bad.stderr
 

@@ -770,7 +770,7 @@ def show_config(
     """
     from vlmlint.config import THRESHOLDS
 
-    config, path, settings = _config_with_sources(".", flags, config_file)
+    config, path, settings = _config_with_sources(".", flags, config_file, defaults={"jobs": 0})
 
     def origin(setting: Setting) -> str:
         # click's parameter source (by name: typer may bring its own copy of click's enum)
@@ -779,22 +779,47 @@ def show_config(
             return "flag"
         return "file" if setting.name in settings else "default"
 
+    # Valid TOML, pasteable under [tool.vlmlint] (or at the top of a vlmlint.toml): keys as the docs
+    # write them, each value's origin as a comment, unset settings as comments.
     if path is None:
         print("# config file: none found")
     elif config_file:
         print(f"# config file: {path} (named with --config: trusted like flags)")
     else:
         print(f"# config file: {path} (found by search: it cannot relax safety)")
-    print("# setting = value  # where it comes from: default, file or flag")
+    print("# the settings a scan here would use; each comment says where the value comes from")
+    print("[tool.vlmlint]")
     for setting in SETTINGS:  # a config file's settings, in ScanConfig's order; thresholds below
         if setting.in_file and setting.check != "thresholds":
-            print(f"{setting.name} = {_shown(getattr(config, setting.name))!r}  # {origin(setting)}")
-    print("# thresholds: name = value  # where it comes from: meaning")
+            value = _shown(getattr(config, setting.name))
+            if value is None:
+                print(f"# {setting.key} =  # unset ({origin(setting)})")
+            else:
+                print(f"{setting.key} = {_toml(value)}  # {origin(setting)}")
+    print()
+    print("[tool.vlmlint.thresholds]  # each comment: where it comes from, what it means")
     file_thresholds = {k.replace("-", "_") for k in settings.get("thresholds") or {}}
     flag_thresholds = {k.replace("-", "_") for k in flags["thresholds"] or {}}
     for name, (_, meaning) in THRESHOLDS.items():
         source = "flag" if name in flag_thresholds else "file" if name in file_thresholds else "default"
-        print(f"{name} = {config.thresholds[name]!r}  # {source}: {meaning}")
+        print(f"{name.replace('_', '-')} = {_toml(config.thresholds[name])}  # {source}: {meaning}")
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML: strings quoted (JSON's escapes are TOML's), booleans lower-case, arrays, inline tables."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))
 
 
 def _shown(value):
