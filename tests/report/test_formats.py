@@ -375,3 +375,15 @@ def test_sarif_marks_an_interrupted_scan():
     invocation = sarif["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is False
     assert "SIGTERM" in invocation["toolExecutionNotifications"][0]["message"]["text"]
+
+
+def test_artifact_paths_are_relative_to_the_repository_root(tmp_path, monkeypatch):
+    """Run from a subfolder of a checkout, paths still start at the repository root (issue 22)."""
+    (tmp_path / ".git").mkdir()
+    data = tmp_path / "data" / "sft"
+    data.mkdir(parents=True)
+    (data / "rows.jsonl").write_text("{}\n")
+    monkeypatch.chdir(data)
+    assert artifact_path("rows.jsonl") == ("data/sft/rows.jsonl", True)
+    assert artifact_path(str(data / "rows.jsonl")) == ("data/sft/rows.jsonl", True)
+    assert artifact_path("org/name[train]") == ("org/name[train]", True)  # not a file: as it is

@@ -1,7 +1,7 @@
 """What the CI formats (sarif, github, junit, gitlab) share: where a finding is, its text, its fingerprint.
 
-CI systems place an annotation by a path relative to the checkout (the working folder in CI) and a
-line; they deduplicate findings across runs by a fingerprint that must not change while the finding
+CI systems place an annotation by a path relative to the checkout (the repository root: the git
+toplevel of the working folder, whatever subfolder vlmlint ran in) and a line; they deduplicate findings across runs by a fingerprint that must not change while the finding
 stays the same, so it is built from the rule, the file and the row (its id, else its content hash,
 else its position), never from the message, whose numbers may move.
 """
@@ -54,19 +54,37 @@ class Located:
         return f"{where}{finding['message']}{fix}"
 
 
+def repository_root(folder: str) -> str:
+    """The git checkout `folder` is in (the nearest parent holding .git, a folder or a worktree's file),
+    else `folder`: code scanning attaches paths relative to the repository root, wherever vlmlint ran."""
+    current = os.path.abspath(folder)
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return os.path.abspath(folder)
+        current = parent
+
+
 def artifact_path(source: str, cwd: str | None = None) -> tuple[str, bool]:
-    """The report's source as CI tools want it: (path, True) relative to cwd when under it, else (abs, False).
+    """The report's source as CI tools want it: (path, True) relative to the base when under it, else
+    (abs, False). The base: `cwd` when given, else the repository root of the working folder (relative
+    sources are the working folder's).
 
     Sources that are not files (a hub id with its split) come back as they are, as relative paths.
     """
-    cwd = cwd or os.getcwd()
+    here = cwd or os.getcwd()
+    base = cwd or repository_root(here)
     path = source
     match = _SPLIT_SUFFIX.match(source)
-    if match and os.path.exists(os.path.join(cwd, match.group(1))):
+    if match and os.path.exists(os.path.join(here, match.group(1))):
         path = match.group(1)
+    if not os.path.isabs(path) and base != here and os.path.exists(os.path.join(here, path)):
+        path = os.path.join(here, path)  # a file under the working folder: from the repository root
     if os.path.isabs(path):
         try:
-            relative = os.path.relpath(path, cwd)
+            relative = os.path.relpath(path, base)
         except ValueError:  # another drive on Windows
             return PurePath(path).as_posix(), False
         if relative == ".." or relative.startswith(".." + os.sep):
