@@ -89,3 +89,18 @@ def test_packaging_metadata():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["license"] == "Apache-2.0" and (ROOT / "LICENSE").is_file()
     assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
+
+
+def test_stats_takes_the_scans_options_and_several_datasets():
+    import json
+
+    from tests.conftest import DATASETS
+
+    args = ["stats", str(DATASETS / "demo"), str(DATASETS / "llava"), "-f", "json", "-q"]
+    one = json.loads(runner.invoke(app, [*args[:2], "-f", "json", "-q"]).output)
+    both = runner.invoke(
+        app, [*args, "--pipeline", "llamafactory", "--pipeline-option", "cutoff_len=4096", "-j", "1"]
+    )
+    assert both.exit_code == 0, both.output
+    report = json.loads(both.output)
+    assert report["rows"] > one["rows"] and "demo" in report["dataset"] and "llava" in report["dataset"]

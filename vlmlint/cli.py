@@ -662,10 +662,17 @@ class StatsFormat(str, Enum):
 
 
 @app.command()
-@setting_options({"dataset": (*_MODEL_OPTIONS, *_RENDER_OPTIONS)})
+@setting_options(
+    {"datasets": (*_MODEL_OPTIONS, *_RENDER_OPTIONS, "jobs", "pipeline", "pipeline_option", "dataset_name")}
+)
 def stats(
-    dataset: Annotated[
-        str, typer.Argument(help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id.")
+    datasets: Annotated[
+        list[str],
+        typer.Argument(
+            help="Manifest (.json/.jsonl), parquet/arrow file, folder, or hub dataset id; several make one "
+            "set of statistics.",
+            metavar="DATASET",
+        ),
     ],
     config_file: _SCAN.config_file = None,
     output_format: Annotated[
@@ -682,7 +689,7 @@ def stats(
     from vlmlint.session import SessionError, load_scanner
     from vlmlint.stats import StatsCollector
 
-    config = _load_config(dataset, flags, config_file)
+    config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     try:
         scanner = load_scanner(config, rules=(), errors=(ModelError,))  # counts only: no rule runs
     except SessionError as exc:
@@ -690,12 +697,13 @@ def stats(
     if scanner.model.notice and not quiet:
         _stderr().print(f"vlmlint: {scanner.model.notice}", highlight=False)
     try:
-        collector = StatsCollector(scanner, dataset)
+        collector = StatsCollector(scanner, ", ".join(datasets))
         with _Bar(not quiet and sys.stderr.isatty(), "counting", escape=False) as progress:
-            progress.start(dataset)
-            for outcome in scanner.scan():
-                collector.add(outcome)
-                progress.advance()
+            for dataset in datasets:  # one model load, one set of statistics
+                progress.start(dataset)
+                for outcome in scanner.scan(dataset):
+                    collector.add(outcome)
+                    progress.advance()
         result = collector.result()
     except DatasetError as exc:
         raise _fail(str(exc)) from None
