@@ -104,3 +104,17 @@ def test_stats_takes_the_scans_options_and_several_datasets():
     assert both.exit_code == 0, both.output
     report = json.loads(both.output)
     assert report["rows"] > one["rows"] and "demo" in report["dataset"] and "llava" in report["dataset"]
+
+
+def test_an_unreachable_hub_is_called_a_network_failure(monkeypatch):
+    import vlmlint.models as models
+    from tests.conftest import DATASETS
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(models, "hub_network_problem", lambda endpoint: "gaierror: Name or service not known")
+    result = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--model", "some-org/some-vlm", "-q"])
+    assert result.exit_code == 2 and "a network failure, not a missing model" in result.output
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # honoured: the cache only
+    offline = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--model", "some-org/some-vlm", "-q"])
+    assert offline.exit_code == 2 and "HF_HUB_OFFLINE is set" in offline.output

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,13 +317,18 @@ def _quiet_transformers() -> None:
 
 
 def load_model(
-    name: str | None = None, *, trust_remote_code: bool = False, force_fallback: bool = False
+    name: str | None = None,
+    *,
+    trust_remote_code: bool = False,
+    force_fallback: bool = False,
+    processor_options: Mapping[str, Any] | None = None,
 ) -> Model:
     """Load what vlmlint needs of a processor folder, built-in profile or hub id, without torch.
 
     Resolution order: an existing folder, then a built-in profile name (`vlmlint models`), then a hub id.
     No name means the default profile (qwen2-vl). `force_fallback`: count with the real processor even
-    where a family has a formula (tests prove the two agree).
+    where a family has a formula (tests prove the two agree). `processor_options` (--processor-option):
+    image processor keys set as if the processor's file held them (apply_processor_options).
     """
     from vlmlint.models import profiles
 
@@ -331,15 +337,20 @@ def load_model(
     profile = None if os.path.isdir(name) else profiles.find_profile(name)
     if profile is None:
         if not os.path.isdir(name):
-            refusal = _not_a_model(name, profiles.PROFILES)
+            refusal = _not_a_model(name, profiles.PROFILES) or _hub_unreachable(name)
             if refusal is not None:
                 raise ModelError(refusal)
-        return _load_processor(name, trust_remote_code, force_fallback)
+        return _load_processor(name, trust_remote_code, force_fallback, processor_options)
     try:
         folder = profiles.profile_folder(profile)
     except (profiles.ProfileError, OSError) as exc:
         raise ModelError(f"{name}: cannot prepare the built-in profile: {exc}") from None
-    model = _load_processor(str(folder), trust_remote_code, force_fallback)
+    try:
+        model = _load_processor(str(folder), trust_remote_code, force_fallback, processor_options)
+    except ModelError as exc:
+        if not processor_options:
+            raise
+        raise ModelError(str(exc).replace(str(folder), profile.name)) from None  # name what the user gave
     model.name = profile.name
     model.profile = profile.name
     model.checkpoint = profile.checkpoint
@@ -369,6 +380,130 @@ def _not_a_model(name: str, known: Any) -> str | None:
     return None
 
 
+# Keys of an image processor's file that name it, not set it: --processor-option cannot change them.
+# (nor the call's output format: return_tensors, device, data_format ...).
+_NOT_KNOBS = frozenset(
+    {
+        "image_processor_type", "feature_extractor_type", "processor_class", "auto_map",
+        "return_tensors", "device", "data_format", "input_data_format", "disable_grouping",
+    }
+)  # fmt: skip
+
+
+def processor_option_keys(image_processor: Any, image_config: Mapping[str, Any]) -> list[str]:
+    """The keys --processor-option takes: those of the image processor's file, and the kwargs its class
+    declares (valid_kwargs, which from_pretrained/from_dict take from the file)."""
+    known = set(image_config)
+    cls = image_processor if isinstance(image_processor, type) else type(image_processor)
+    if isinstance(image_processor, dict):  # torchvision-only family without torchvision: the class by name
+        import transformers
+
+        cls = getattr(transformers, str(image_config.get("image_processor_type")), None)
+    valid = getattr(cls, "valid_kwargs", None)
+    known |= set(getattr(valid, "__annotations__", None) or ())
+    return sorted(known - _NOT_KNOBS)
+
+
+def merged_image_config(
+    name: str, image_config: Mapping[str, Any], known: list[str], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The image processor's file as if it held `options`: KEY replaces the key, KEY.SUB one entry of a
+    table (size.longest_edge=1456). ModelError naming the known keys for any other."""
+    merged = dict(image_config)
+    for key, value in options.items():
+        top, _, sub = str(key).partition(".")
+        if top not in known or (sub and "." in sub):
+            raise ModelError(
+                f"{name}: --processor-option {key}: not a key of its image processor "
+                f"({type_name(image_config)}); known: {', '.join(known)}"
+            )
+        if not sub:
+            merged[top] = dict(value) if isinstance(value, Mapping) else value
+            continue
+        table = merged.get(top)
+        if table is not None and not isinstance(table, dict):
+            raise ModelError(f"{name}: --processor-option {key}: {top} is {table!r}, not a table")
+        if table and sub not in table:  # a new entry the class would ignore (InternVL's size: height, width)
+            raise ModelError(
+                f"{name}: --processor-option {key}: not an entry of its {top}; known: {', '.join(table)}"
+            )
+        merged[top] = {**(table or {}), sub: value}
+    try:
+        check_image_config(merged)
+    except CountError as exc:
+        raise ModelError(f"{name}: --processor-option: {exc}") from None
+    return merged
+
+
+def type_name(image_config: Mapping[str, Any]) -> str:
+    return str(image_config.get("image_processor_type") or image_config.get("feature_extractor_type"))
+
+
+def apply_processor_options(
+    name: str, image_processor: Any, image_config: Mapping[str, Any], options: Mapping[str, Any]
+) -> Any:
+    """The image processor rebuilt from its file's dict with `options` written into it, by the same
+    from_dict that from_pretrained ends in (so a key acts exactly as the file's key would: Qwen2-VL's
+    max_pixels becomes size.longest_edge in __init__, as it does when the file holds it)."""
+    if not isinstance(image_processor, dict):
+        from transformers.image_processing_base import ImageProcessingMixin
+
+        try:  # the dict from_pretrained itself built the processor from (processor_config's nested one wins)
+            image_config, _ = ImageProcessingMixin.get_image_processor_dict(name)
+        except Exception:  # noqa: BLE001 (kept: the file vlmlint read)
+            pass
+    known = processor_option_keys(image_processor, image_config)
+    merged = merged_image_config(name, image_config, known, options)
+    if isinstance(image_processor, dict):
+        return merged
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return type(image_processor).from_dict(merged)
+    except Exception as exc:  # noqa: BLE001 (the class refuses the value: say which)
+        raise ModelError(
+            f"{name}: --processor-option: {type(image_processor).__name__} refuses {dict(options)}: "
+            f"{type(exc).__name__}: {_line(exc)}"
+        ) from None
+
+
+def _hub_unreachable(name: str) -> str | None:
+    """For a hub id: a network failure said as one, at once (the hub client retries for 35-50 s before
+    an unclear error), unless HF_HUB_OFFLINE is set or the repo's files are in the local cache."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE:
+        return None  # the cache only: transformers says what is missing
+    for filename in ("preprocessor_config.json", "processor_config.json"):
+        try:
+            if isinstance(try_to_load_from_cache(name, filename), str):
+                return None  # cached: usable whatever the network
+        except Exception:  # noqa: BLE001 (a malformed id: the hub's own error says why)
+            return None
+    problem = hub_network_problem(constants.ENDPOINT)
+    if problem is None:
+        return None
+    return (
+        f"{name}: cannot reach the Hugging Face Hub ({problem}): a network failure, not a missing model; "
+        "check the connection, or set HF_HUB_OFFLINE=1 to use only the local cache"
+    )
+
+
+def hub_network_problem(endpoint: str, timeout: float = 5.0) -> str | None:
+    """Why `endpoint` cannot be reached (DNS, refused, timeout), or None when it answers at all."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (TimeoutError, urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{type(reason).__name__}: {reason}"
+    return None
+
+
 def _load_image_processor(
     name: str, family: Family, image_config: dict[str, Any], trust_remote_code: bool
 ) -> Any:
@@ -387,7 +522,12 @@ def _load_image_processor(
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
 
 
-def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = False) -> Model:
+def _load_processor(
+    name: str,
+    trust_remote_code: bool,
+    force_fallback: bool = False,
+    processor_options: Mapping[str, Any] | None = None,
+) -> Model:
     if os.path.isdir(name):
         try:
             check_folder(name)
@@ -401,9 +541,13 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         else {}
     )
     if not preprocessor and not nested:
+        from huggingface_hub import constants
+
+        offline = not os.path.isdir(name) and constants.HF_HUB_OFFLINE
         raise ModelError(
-            f"{name}: no preprocessor_config.json or processor_config.json found; "
-            "pass a processor folder or a hub id of a vision-language model"
+            f"{name}: no preprocessor_config.json or processor_config.json found"
+            + (" in the local cache (HF_HUB_OFFLINE is set)" if offline else "")
+            + "; pass a processor folder or a hub id of a vision-language model"
         )
     image_config = preprocessor or nested
     try:
@@ -432,6 +576,12 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
     family = None if force_fallback else find_family(processor_class, image_processor_type)
+    if processor_options and family is None:
+        raise ModelError(
+            f"{name}: --processor-option is applied to the image processor of a family vlmlint has a formula "
+            f"for; {processor_class or image_processor_type} is counted by its real processor (the fallback) "
+            "or not at all: copy the processor folder and edit its file instead"
+        )
     if family is None and processor_class:
         return _load_fallback(name, processor_class, trust_remote_code)
     if family is None:
@@ -452,6 +602,8 @@ def _load_processor(name: str, trust_remote_code: bool, force_fallback: bool = F
         raise ModelError(
             f"{name}: cannot load its image processor or tokenizer: {type(exc).__name__}: {_line(exc)}"
         ) from None
+    if processor_options:  # before the family reads its settings from the image processor
+        image_processor = apply_processor_options(name, image_processor, image_config, processor_options)
     try:
         processor_settings = _processor_settings(processor_class, processor_config)
         # ProcessorMixin._merge_kwargs lets the tokenizer's init kwargs (tokenizer_config.json) override
