@@ -142,7 +142,7 @@ class _Bar:
 def _option(setting: Setting, help: str | None = None):
     """A setting's typer option (vlmlint/settings.py: its flags and help): None when not given."""
     kind = {"bool": bool, "whole": int, "severity": FailLevel}.get(setting.check, str)
-    if setting.check in ("thresholds", "pipeline_options"):  # KEY=VALUE, repeatable
+    if setting.check in ("thresholds", "pipeline_options", "processor_options"):  # KEY=VALUE, repeatable
         kind = list[str]
     extra = {"min": setting.bounds[0]} if setting.check == "whole" else {}
     return Annotated[kind | None, typer.Option(*setting.flags, help=help or setting.help, **extra)]
@@ -200,7 +200,7 @@ def setting_options(placed: dict[str, tuple[str, ...]], help: Callable[[Setting]
 
 
 # The setting options of scan and stats: the model and dataset's, how rows are rendered, safety switches.
-_MODEL_OPTIONS = ("model", "layout", "image_root", "split", "streaming", "max_length")
+_MODEL_OPTIONS = ("model", "processor_option", "layout", "image_root", "split", "streaming", "max_length")
 _SAFETY_OPTIONS = ("trust_remote_code", "allow_remote", "allow_outside_root")
 _RENDER_OPTIONS = ("exact", "chat_template", "add_generation_prompt", *_SAFETY_OPTIONS)
 
@@ -552,6 +552,35 @@ def _parse_pipeline_options(values: list[str] | None) -> dict[str, object] | Non
         raise _fail(f"--pipeline-option: {exc}") from None
 
 
+def _parse_processor_options(values: list[str] | None) -> dict[str, object] | None:
+    """KEY=VALUE pairs (VALUE read by _flag_value, or as JSON when it is a list or table: image_mean=[0.5,
+    0.5,0.5]), checked as a config file's processor-options are; the model checks the keys at load."""
+    import json
+
+    from vlmlint.config import ConfigError, check_setting
+
+    if not values:
+        return None
+    parsed: dict[str, object] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--processor-option takes KEY=VALUE, got {item!r}")
+        value: object = _flag_value(raw)
+        if isinstance(value, str) and value[:1] in "[{":
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise _fail(
+                    f"--processor-option {key.strip()}: {value!r} is not a JSON list or table"
+                ) from None
+        parsed[key.strip()] = value
+    try:
+        return dict(check_setting("processor_options", parsed))
+    except ConfigError as exc:
+        raise _fail(f"--processor-option: {exc}") from None
+
+
 def _parse_thresholds(values: list[str] | None) -> dict[str, float] | None:
     """NAME=NUMBER pairs (NUMBER read by _flag_value), each checked as a config file's threshold is
     (known name, finite, in range)."""
@@ -577,6 +606,7 @@ _FLAG_VALUE: dict[str, typing.Callable] = {
     "severity": lambda level: level.value,
     "thresholds": lambda values: _parse_thresholds(values),
     "pipeline_options": lambda values: _parse_pipeline_options(values),
+    "processor_options": lambda values: _parse_processor_options(values),
 }
 
 

@@ -298,6 +298,7 @@ _CHECKS = {
     "codes": lambda setting, value: _codes(value, setting.key),
     "per_source_ignores": lambda setting, value: _per_source_ignores(value),
     "pipeline_options": lambda setting, value: _pipeline_options(value),
+    "processor_options": lambda setting, value: _processor_options(value),
     "thresholds": _thresholds,
 }
 
@@ -320,6 +321,43 @@ def _pipeline_options(value: Any) -> Mapping[str, Any]:
                 f"got {_short(item)}"
             )
         options[name] = item
+    return MappingProxyType(options)
+
+
+def _processor_option_value(key: Any, item: Any, depth: int = 0) -> Any:
+    """A processor option's value: what an image processor's JSON file can hold for a knob (a string,
+    a whole or finite number, true/false, a list of numbers, or a table of them, as size is)."""
+    if isinstance(item, (bool, int)) or (isinstance(item, float) and math.isfinite(item)):
+        return item
+    if isinstance(item, str) and len(item) <= MAX_SETTING_CHARS:
+        return item
+    if isinstance(item, (list, tuple)) and len(item) <= 64 and depth < 2:
+        return [_processor_option_value(key, value, depth + 1) for value in item]
+    if isinstance(item, Mapping) and len(item) <= 64 and depth < 2:
+        return {
+            _text("processor_options key", name): _processor_option_value(key, value, depth + 1)
+            for name, value in item.items()
+        }
+    raise ConfigError(
+        f"processor-options {_short(key)} must be a string, a whole or finite number, true/false, a list "
+        f"or a table of them, got {_short(item)}"
+    )
+
+
+def _processor_options(value: Any) -> Mapping[str, Any]:
+    """KEY (or KEY.SUB, one entry of a table such as size) -> value; the keys the model's image processor
+    knows are checked when it is loaded (models.apply_processor_options)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"processor-options must be a table {{ max_pixels = 50176 }}, got {_short(value)}")
+    options: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _text("processor_options key", key)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", name):
+            raise ConfigError(
+                f"processor-options key {_short(key)} must be a key of the image processor's file (max_pixels) "
+                "or KEY.SUB for one entry of a table (size.longest_edge)"
+            )
+        options[name] = _processor_option_value(key, item)
     return MappingProxyType(options)
 
 
@@ -383,7 +421,7 @@ def build_config(
             thresholds.update(check_setting("thresholds", source))
     merged.pop("thresholds", None)
     merged = {name: check_setting(name, value) for name, value in merged.items()}
-    for key in ("per_source_ignores", "pipeline_options"):
+    for key in ("per_source_ignores", "pipeline_options", "processor_options"):
         if merged.get(key) is None:
             merged.pop(key, None)
     if not merged.get("model"):

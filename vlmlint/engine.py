@@ -210,7 +210,11 @@ class Scanner:
     ):
         """`model` and `length_counter`: an already loaded model and batch length counter to share."""
         self.config = config
-        self.model = model or load_model(config.model, trust_remote_code=config.trust_remote_code)
+        self.model = model or load_model(
+            config.model,
+            trust_remote_code=config.trust_remote_code,
+            processor_options=config.processor_options,
+        )
         self.family = self.model.family
         self.rules = [rule() for rule in rules if config.rule_enabled(rule.code)]
         settings = self.model.settings

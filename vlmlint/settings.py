@@ -176,6 +176,14 @@ class ScanConfig:
         param="pipeline_option",
         help="A trainer setting, KEY=VALUE (repeatable), e.g. cutoff_len=2048.",
     )
+    # image processor key -> value, as if the processor's file held it (models.apply_processor_options)
+    processor_options: Mapping[str, Any] = setting(
+        MappingProxyType({}),
+        "processor_options",
+        param="processor_option",
+        help="Set an image processor key as if its file held it, KEY=VALUE (repeatable), e.g. "
+        "max_pixels=50176 or size.longest_edge=1456.",
+    )
     dataset_name: str | None = setting(  # a dataset of a LLaMA-Factory dataset_info.json (--dataset)
         None,
         "text",

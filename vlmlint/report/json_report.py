@@ -32,6 +32,8 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
         "fail_on": config.fail_on.value,
         "pipeline": config.pipeline,
         "pipeline_options": dict(config.pipeline_options),
+        # image processor keys set as if its file held them (--processor-option)
+        "processor_options": dict(config.processor_options),
     }
 
 
