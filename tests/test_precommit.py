@@ -48,11 +48,11 @@ def hook_definitions() -> list[dict]:
 
 def test_hook_definitions_are_what_the_docs_say():
     hooks = {hook["id"]: hook for hook in hook_definitions()}
-    assert set(hooks) == {"vlmlint", "vlmlint-parquet"}
+    assert set(hooks) == {"vlmlint", "vlmlint-parquet", "vlmlint-dataset"}
     for hook in hooks.values():
         assert hook["entry"] == "vlmlint scan"
         assert hook["language"] == "python"
-        assert hook["pass_filenames"] is True and hook["require_serial"] is True
+        assert hook["pass_filenames"] is (hook["id"] != "vlmlint-dataset") and hook["require_serial"] is True
         assert {"--quiet", "--verify=0"} <= set(hook["args"])
     docs = (ROOT / "docs" / "pre-commit.md").read_text(encoding="utf-8")
     assert all(f"`{hook_id}`" in docs for hook_id in hooks)
@@ -156,7 +156,8 @@ def repo(tmp_path):
         {
             **hook,
             "language": _language(),
-            "args": [*hook.get("args", []), f"--model={MODEL}"],  # the tiny fixture processor
+            "args": [*hook.get("args", []), f"--model={MODEL}"]  # the tiny fixture processor
+            + (["data"] if hook["id"] == "vlmlint-dataset" else []),  # its dataset, as the docs say
         }
         for hook in hook_definitions()
     ]
@@ -191,7 +192,8 @@ def test_pre_commit_hook_passes_a_good_manifest_and_blocks_a_bad_one(repo):
     assert "Failed" in output and "exit code: 1" in output
     assert "VLM301" in output and "VLM103" in output
     assert "data/bad.jsonl" in output and "data/gone.jsonl" in output
-    assert output.count("rows scanned:") == 1  # require_serial: one process, one report
+    per_file = output.split("vlmlint (whole dataset)")[0]  # the dataset hook prints its own report
+    assert per_file.count("rows scanned:") == 1  # require_serial: one process, one report
     log = _git(folder, "log", "--format=%s", env=env).stdout.split("\n")
     assert log[0] == "good manifest"  # the bad commit was refused
 
@@ -203,3 +205,17 @@ def test_pre_commit_hook_skips_files_it_does_not_match(repo):
     result = _git(folder, "commit", "-m", "readme", env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no files to check" in result.stdout + result.stderr
+
+
+def test_the_dataset_hook_blocks_a_commit_that_deletes_an_image_a_manifest_names(repo):
+    """No manifest changes, so the per-file hooks get nothing; vlmlint-dataset scans data/ anyway."""
+    folder, env = repo
+    write_manifest(folder / "data" / "good.jsonl", [row("g1", "a.jpg")])
+    _git(folder, "add", "data/good.jsonl", env=env)
+    added = _git(folder, "commit", "-m", "manifest", env=env, check=False)
+    assert added.returncode == 0, added.stdout + added.stderr
+    _git(folder, "rm", "-q", "data/a.jpg", env=env)
+    deleted = _git(folder, "commit", "-m", "drop the image", env=env, check=False)
+    output = deleted.stdout + deleted.stderr
+    assert deleted.returncode != 0 and "VLM103" in output, output
+    assert "vlmlint (whole dataset)" in output
