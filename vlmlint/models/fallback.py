@@ -17,7 +17,6 @@ video processor's settings from its own files and class defaults, read without i
 from __future__ import annotations
 
 import ast
-import json
 import time
 import warnings
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vlmlint.models.base import CountError, Family, ImageCount, RowCount, no_knob
-from vlmlint.models.files import model_file
+from vlmlint.models.video_config import read_optional_json as _read_json
 from vlmlint.models.video_config import video_processor_config
 
 # Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
@@ -98,19 +97,6 @@ def _class_defaults(class_name: str | None, prefix: str) -> dict[str, Any]:
                             pass
                 return values
     return {}
-
-
-def _read_json(model: str, filename: str) -> dict[str, Any]:
-    """One JSON file of the folder or hub repo; {} when absent or unreadable (optional settings only)."""
-    path = model_file(model, filename)
-    if path is None:
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _absent_settings(folder: str, attribute: str, processor_dict: dict[str, Any], model_type: str | None):

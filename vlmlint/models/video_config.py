@@ -157,7 +157,8 @@ def _read_pairs(node: ast.AST, mapping: dict[str, str]) -> None:
                         break
 
 
-def _read_json(model: str, filename: str) -> dict[str, Any]:
+def read_optional_json(model: str, filename: str) -> dict[str, Any]:
+    """One JSON file of the folder or hub repo; {} when absent or unreadable (optional settings only)."""
     path = model_file(model, filename)
     if path is None:
         return {}
@@ -177,9 +178,9 @@ def video_processor_config(
     if isinstance(nested, dict):
         config, source = nested, "processor_config.json"
     else:
-        config, source = _read_json(model, "video_preprocessor_config.json"), "video_preprocessor_config.json"
+        config, source = read_optional_json(model, "video_preprocessor_config.json"), "video_preprocessor_config.json"
         if not config:
-            config, source = _read_json(model, "preprocessor_config.json"), "preprocessor_config.json"
+            config, source = read_optional_json(model, "preprocessor_config.json"), "preprocessor_config.json"
     if not config:
         source = None
     class_name = config.get("video_processor_type")
