@@ -44,9 +44,9 @@ def _model(name: str):
     return load_model(str(PROCESSORS / name))
 
 
-def _scan(dataset: str, model: str, options: dict, **flags) -> list:
+def _scan(dataset: str, model: str, options: dict, data: str | None = None, **flags) -> list:
     config = build_config(
-        str(DATA),
+        str(ROOT / data if data else DATA),
         {},
         {
             "model": str(PROCESSORS / model),
@@ -85,7 +85,11 @@ def _outcome(outcome) -> dict:
 
 
 def _expected(row: dict) -> dict:
-    return {key: value for key, value in row.items() if key not in ("full_length", "error")}
+    return {
+        key: value
+        for key, value in row.items()
+        if key not in ("full_length", "error", "video_tokens", "video_features")
+    }
 
 
 RUNS = [pytest.param(run, id=f"{run['dataset']}-{run['model']}-{run['options']}") for run in EXPECTED["runs"]]
@@ -99,8 +103,12 @@ def test_expected_json_comes_from_the_pinned_version():
 def test_predictions_match_llamafactory(run, monkeypatch):
     """Every row, every length: the cheap bound is switched off so that each row is encoded."""
     monkeypatch.setattr(LlamaFactoryPipeline, "_surely_fits", lambda self, turns, counts: False)
-    got = [_outcome(outcome) for outcome in _scan(run["dataset"], run["model"], run["options"])]
+    outcomes = _scan(run["dataset"], run["model"], run["options"], run.get("data"))
+    got = [_outcome(outcome) for outcome in outcomes]
     assert got == [_expected(row) for row in run["rows"]]
+    # each video's tokens as the collator's real video processor gave them (the decoded frames)
+    features = [[m.tokens for m in outcome.result.media if m.kind == "video"] for outcome in outcomes]
+    assert features == [row.get("video_features", features[i]) for i, row in enumerate(run["rows"])]
 
 
 def _run(dataset: str, model: str, options: dict):
@@ -148,10 +156,8 @@ def test_llamafactory_itself_still_gives_expected_json():
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout)
     skipped = got.pop("skipped (no torchvision)", [])
-    assert all(run["model"] in REFERENCE.NEEDS_TORCHVISION for run in skipped)
-    kept = [
-        run for run in EXPECTED["runs"] if {k: run[k] for k in ("dataset", "model", "options")} not in skipped
-    ]
+    assert all(REFERENCE.needs_torch(run["dataset"], run["model"]) for run in skipped)
+    kept = [run for run in EXPECTED["runs"] if {k: v for k, v in run.items() if k != "rows"} not in skipped]
     assert got == {**EXPECTED, "runs": kept}
 
 
@@ -475,3 +481,132 @@ def test_exact_images_give_the_same_fates(model, monkeypatch):
     run = next(run for run in EXPECTED["runs"] if run["model"] == model and run["dataset"] == "mllm_demo")
     exact = [_outcome(outcome) for outcome in _scan(run["dataset"], model, run["options"], exact=True)]
     assert exact == [_expected(row) for row in run["rows"]]
+
+
+# -- videos ------------------------------------------------------------------------------------------
+
+
+def test_video_options_are_validated():
+    with pytest.raises(PipelineError, match="video_max_pixels cannot be smaller"):
+        load_pipeline("llamafactory", {"video_max_pixels": 100, "video_min_pixels": 1000})
+    with pytest.raises(PipelineError, match="video_fps must be above 0"):
+        load_pipeline("llamafactory", {"video_fps": 0})
+    with pytest.raises(PipelineError, match="video_maxlen must be"):
+        load_pipeline("llamafactory", {"video_maxlen": 0})
+    with pytest.raises(PipelineError, match="video_fps must be float"):
+        load_pipeline("llamafactory", {"video_fps": "fast"})
+    assert load_pipeline("llamafactory", {"video_fps": 4}).video_fps == 4.0  # an int is a float here
+
+
+@pytest.mark.parametrize(
+    ("template", "sampling"),
+    [("qwen2_vl", "llamafactory"), ("qwen3_vl_nothink", "llamafactory"), ("glm4v", None), ("llava", None)],
+)
+def test_video_sampling_is_declared_for_the_plugins_reproduced(template, sampling):
+    assert load_pipeline("llamafactory", {"template": template}).video_sampling == sampling
+
+
+def test_videos_of_a_template_whose_video_path_is_not_reproduced_get_vlm109():
+    outcomes = _scan("mllm_video_demo", "glm-4.1v-9b-thinking", {}, "fixtures/datasets/media")
+    for outcome in outcomes:
+        assert outcome.result.trainer is None
+        (finding,) = [f for f in outcome.findings if f.code == "VLM109"]
+        assert (
+            "--pipeline llamafactory: the trainer's video sampling is not reproduced yet" in finding.message
+        )
+
+
+def test_the_endless_stream_and_the_header_path_in_words():
+    """An MKV with a duration but no frame count: the header path writes video_maxlen frames' tokens,
+    the decoder gives one frame; and each video says how LLaMA-Factory sampled it."""
+    by_row = {o.result.sample.index: o for o in _scan("video_demo", "qwen2-vl", {})}
+    fate = by_row[3].result.trainer
+    assert fate.status == "crash"
+    assert "the stream header path counts 128 frames, the decoder gives 2" in fate.reason
+    assert "Video features and video tokens do not match" in fate.reason
+    (media,) = by_row[2].result.media  # an MKV without a duration: the first frames, decoded
+    assert media.counted_by.startswith("qwen-vl: LLaMA-Factory 0.9.5 (video_fps 2, video_maxlen 128)")
+    assert "no frame count in the header, the first 20" in media.counted_by
+    (media,) = by_row[0].result.media
+    assert media.counted_by.endswith("1 of 8 frames, padded to even, pre-resized to 295x221")
+
+
+def test_qwen3_vl_rows_the_plugin_cannot_expand():
+    by_row = {
+        o.result.sample.index: o
+        for o in _scan("video_demo", "qwen3-vl", {"video_fps": 30.0, "video_maxlen": 16})
+    }
+    assert by_row[9].result.trainer.status == "raise"
+    assert "video_metadata[2]" in by_row[9].result.trainer.reason
+    fate = by_row[8].result.trainer  # two clips sampled to different lengths
+    assert fate.status == "crash" and "writes video 1's temporal groups for every video" in fate.reason
+
+
+_LF_PIECES = r"""
+import json, sys, types
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from fixtures.llamafactory.reference import load_llamafactory
+lf = load_llamafactory(Path(sys.argv[2]))
+import importlib
+plugin = importlib.import_module("llamafactory.data.mm_plugin").Qwen2VLPlugin(
+    "<|image_pad|>", "<|video_pad|>", None
+)
+out = []
+for frames, duration, fps, maxlen, width, height, max_pixels, min_pixels in json.loads(sys.stdin.read()):
+    stream = types.SimpleNamespace(frames=frames, duration=duration, time_base=1)
+    indices = plugin._get_video_sample_indices(stream, video_fps=fps, video_maxlen=maxlen)
+    try:
+        size = list(plugin._get_qwen_video_size_after_regularization(width, height, max_pixels, min_pixels))
+    except ZeroDivisionError:  # a side scaled to 0 pixels: the plugin divides by it
+        size = None
+    out.append([[int(i) for i in indices], size])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LLAMAFACTORY_SRC"), reason="LLAMAFACTORY_SRC (an unpacked wheel) not set"
+)
+def test_video_sampling_and_pre_resize_match_the_plugin():
+    """lf_sample_indices and the video pre-resize against Qwen2VLPlugin's own methods, 150 cases."""
+    import random
+
+    from vlmlint.pipelines.llamafactory import lf_sample_indices
+    from vlmlint.records import VideoMeta
+
+    rng = random.Random(20)
+    cases = []
+    for _ in range(150):
+        frames = rng.choice([0, 1, 2, 3, rng.randint(1, 40), rng.randint(40, 3000)])
+        duration = round(rng.uniform(0.01, 120), rng.choice([1, 3, 6]))
+        fps = rng.choice([0.5, 1.0, 2.0, 2.5, 10.0, 30.0, rng.uniform(0.1, 60)])
+        maxlen = rng.choice([1, 2, 16, 128, rng.randint(1, 300)])
+        width, height = rng.randint(1, 4000), rng.choice([1, 10, 27, rng.randint(1, 3000)])
+        max_pixels = rng.choice([256 * 256, 128 * 128, rng.randint(1000, 10**6)])
+        min_pixels = rng.choice([16 * 16, 0, rng.randint(0, 1000)])
+        cases.append([frames, duration, fps, maxlen, width, height, max_pixels, min_pixels])
+    done = subprocess.run(
+        [sys.executable, "-c", _LF_PIECES, str(ROOT), os.environ["LLAMAFACTORY_SRC"]],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.splitlines()[-1])
+    for case, (indices, size) in zip(cases, theirs, strict=True):
+        frames, duration, fps, maxlen, width, height, max_pixels, min_pixels = case
+        meta = VideoMeta(
+            frames=frames or 1,
+            fps=24.0,
+            duration=None,
+            width=width,
+            height=height,
+            header_frames=frames,
+            stream_duration=float(duration),
+        )
+        assert lf_sample_indices(meta, fps, maxlen) == indices, case
+        mine = preprocess_size(width, height, max_pixels, min_pixels, True)
+        # (where the plugin divides by a side scaled to 0, PIL refuses the resize too: a 0 side here)
+        assert list(mine) == size if size is not None else 0 in mine, case

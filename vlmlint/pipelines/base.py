@@ -18,8 +18,21 @@ A preset is one class with:
   depends on the model (its template, its image plugin) resolves it here, and raises PipelineError
   for a model it does not support;
 - `video_sampling`: how the trainer samples video frames, "transformers" (the model's video
-  processor, the default) or None where vlmlint does not reproduce the trainer's sampling (the row's
-  videos are then not counted, and VLM109 says so);
+  processor, the default), a preset's own name where it reproduces its trainer's sampling (e.g.
+  "llamafactory"), or None where vlmlint does not (the row's videos are then not counted, and VLM109
+  says so);
+- `count_video(family, meta, settings)`: one video's VideoCount as the trainer's model gets it, from
+  the clip's header facts (VideoMeta) and the model's video processor settings. The default hands the
+  clip to the family's `count_video` as transformers' default reader (torchcodec) decodes it; a preset
+  that samples frames itself (LLaMA-Factory decodes them with PyAV and pre-resizes them) passes the
+  family the frames it keeps and the settings its processor call runs with (do_sample_frames off), so
+  that the family's formula still does the counting. CountError: the trainer or processor refuses it;
+- `prepare(sample)`: the row as the trainer reads it, before anything is counted (identity by default;
+  InternVL's finetune script writes `<image>\n` before a one-image row's first turn when it has none);
+- `count_image(family, height, width, settings, images_in_row)`: one image's ImageCount as the
+  trainer's model gets it (by default the family's formula on the `resize`d size; InternVL's script
+  splits its tile budget across a row's images); `count_exact(family, image_processor, images,
+  settings)` the same on decoded images (--exact, --verify; by default the real image processor);
 - `fate(result, row, encoder)`: the prediction for one counted row (None: nothing to say).
   `row` (vlmlint.counting.CountedRow) holds the sample and each image's ImageCount; `encoder`
   (vlmlint.counting.TextEncoder) gives the model (tokenizer, family, settings), `render(messages)`,
@@ -40,7 +53,10 @@ from vlmlint.records import TrainerFate
 if TYPE_CHECKING:
     from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.models import Model
-    from vlmlint.records import RowResult
+    from vlmlint.models.base import Family, VideoCount
+    from vlmlint.records import RowResult, VideoMeta
+    from vlmlint.models.base import ImageCount  # noqa: I001 (prepare, count_image)
+    from vlmlint.records import Sample
 
 
 class PipelineError(ValueError):
@@ -72,12 +88,34 @@ class Pipeline:
         counted, VLM109 says why) for a preset unless it declares its own."""
         return "transformers" if type(self) is Pipeline else None
 
+    def count_video(self, family: Family, meta: VideoMeta, settings: Any) -> VideoCount:
+        """One video's count as the trainer's model gets it (video_sampling not None): here the clip as
+        transformers' default reader (torchcodec) gives it to the model's video processor."""
+        assert family.count_video is not None
+        return family.count_video(meta.as_torchcodec(), settings)
+
     def bind(self, model: Model) -> None:
         """Learn the model (family, tokenizer, settings) before the first row; PipelineError if unsupported."""
 
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""
         return height, width
+
+    def prepare(self, sample: Sample) -> Sample:
+        """The row as the trainer reads it (its own edits to the conversation); unchanged here."""
+        return sample
+
+    def count_image(
+        self, family: Family, height: int, width: int, settings: Any, images_in_row: int
+    ) -> ImageCount:
+        """One image's count as the trainer's model gets it: the family's formula on the pre-resized size."""
+        return family.count(*self.resize(height, width), settings, images_in_row=images_in_row)
+
+    def count_exact(
+        self, family: Family, image_processor: Any, images: list[Any], settings: Any
+    ) -> list[ImageCount]:
+        """The row's decoded (pre-resized) images counted by the model's real image processor."""
+        return family.count_exact(image_processor, images, settings)
 
     def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
         """The trainer's fate for a counted row; None when this preset predicts nothing (hf)."""

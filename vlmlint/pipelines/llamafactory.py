@@ -29,6 +29,22 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   each "<image>" of the user and assistant turns (not the system prompt: `_validate_messages` counts
   only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
   transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
+- videos (templates qwen2_vl, qwen3_vl_nothink, qwen3_vl: `video_sampling` "llamafactory"; the other
+  templates' rows with videos are not counted, VLM109), data/mm_plugin.py: `_get_video_sample_indices`
+  keeps np.linspace(0, frames - 1, min(frames, video_maxlen, max(1, floor(stream duration *
+  video_fps)))) of a clip whose header gives a frame count, else (MKV/WebM) the first video_maxlen
+  frames; Qwen2VLPlugin._regularize_videos decodes them with PyAV (stored size, no rotation), pads an
+  odd count by repeating the last frame and pre-resizes each frame as an image, with video_max_pixels /
+  video_min_pixels (ProcessorArguments: 256*256, 16*16); the model's video processor gets them with no
+  sampling (LfClip, lf_clip). process_messages writes the tokens from the stream header instead
+  (`_get_qwen_video_grid_metadata`, when every video of the row is a file whose header gives a
+  duration and a frame rate): the sampled indices, padded, which an MKV with a duration but no frame
+  count gives as video_maxlen frames while the decoder yields fewer (a crash). Qwen2VLPlugin writes
+  <|vision_start|> N x <|video_pad|> <|vision_end|>; Qwen3VLPlugin, per temporal group, "<t seconds>"
+  (Qwen3VLProcessor._calculate_timestamps of the plugin's frames_indices) and <|vision_start|> ...
+  <|vision_end|>, video 1's group count for every video and the timestamps of video_metadata[i], i the
+  message's index (an IndexError for a video in a later message; a crash for videos of different
+  lengths). The features always come from the decoded frames;
 - truncation, data/processor/supervised.py `SupervisedDatasetProcessor._encode_data_example` with
   `infer_seqlen` (data/processor/processor_utils.py): turn pairs (prompt, answer) are cut one after
   the other against what is left of `cutoff_len` (default 2048, hparams/data_args.py); the remaining
@@ -40,7 +56,7 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   user/assistant from a user turn, or whose count is odd ("Invalid role tag", "Invalid message
   count"), and `preprocess_dataset` drops an example without an answer ("Dropped invalid example").
 
-A cut inside an image's tokens, or past a whole image, is a crash: the collator still hands the row's
+A cut inside an image's (or video's) tokens, or past a whole one, is a crash: the collator still hands the row's
 every image to the model (collator.py), whose check "Image features and image tokens do not match"
 stops the run. tests/test_pipeline_llamafactory.py compares these predictions with LLaMA-Factory's own
 code run on the fixture rows (docs/pipelines.md).
@@ -48,19 +64,22 @@ code run on the fixture rows (docs/pipelines.md).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vlmlint.models.base import CountError
 from vlmlint.models.registry import families_for_template, trainer_template
 from vlmlint.pipelines.base import Pipeline, PipelineError
-from vlmlint.records import Message, Role, TrainerFate
+from vlmlint.records import Message, Role, TrainerFate, VideoMeta
 
 if TYPE_CHECKING:
     from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.models import Model
+    from vlmlint.models.base import Family, VideoCount
     from vlmlint.records import RowResult
 
 VERSION = "0.9.5"
@@ -100,6 +119,10 @@ class LfTemplate:
     # (counted from the start against cutoff_len, and trained) and trains an EOS label at the start of
     # each later prompt; train_on_prompt is refused.
     efficient_eos: bool = False
+    # The plugin whose video path vlmlint reproduces ("qwen2_vl": Qwen2VLPlugin, "qwen3_vl": Qwen3VLPlugin;
+    # "": none, the row's videos are not counted) and the video token it repeats.
+    video_plugin: str = ""
+    video_token: str = ""
 
     def image_text(self, image: int) -> str:
         """What process_messages writes for the row's image `image`, its image token once."""
@@ -145,6 +168,8 @@ TEMPLATES: dict[str, LfTemplate] = {
             image_token="<|image_pad|>",
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
+            video_plugin="qwen2_vl",
+            video_token="<|video_pad|>",
         ),
         LfTemplate(
             "qwen3_vl_nothink",
@@ -155,6 +180,8 @@ TEMPLATES: dict[str, LfTemplate] = {
             image_token="<|image_pad|>",
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
+            video_plugin="qwen3_vl",
+            video_token="<|video_pad|>",
         ),
         LfTemplate(
             "qwen3_vl",
@@ -166,6 +193,8 @@ TEMPLATES: dict[str, LfTemplate] = {
             vision_bos="<|vision_start|>",
             vision_eos="<|vision_end|>",
             reasoning=True,
+            video_plugin="qwen3_vl",
+            video_token="<|video_pad|>",
         ),
         LfTemplate(
             "qwen2_omni",
@@ -363,6 +392,117 @@ def preprocess_size(width: int, height: int, max_pixels: int, min_pixels: int, q
     return width, height
 
 
+def _unsampled(settings: Any) -> Any:
+    """The video processor's settings as LLaMA-Factory's call runs it: do_sample_frames off (the frames
+    are sampled already)."""
+    if dataclasses.is_dataclass(settings) and hasattr(settings, "do_sample_frames"):
+        return dataclasses.replace(settings, do_sample_frames=False)
+    return settings
+
+
+def calculate_timestamps(
+    indices: list[float] | tuple[float, ...], fps: float, merge_size: int
+) -> list[float]:
+    """Qwen3VLProcessor._calculate_timestamps (transformers 5.24), which Qwen3VLPlugin calls with the
+    plugin's frames_indices, video_fps and the video processor's merge_size."""
+    indices = list(indices)
+    if len(indices) % merge_size != 0:
+        indices.extend(indices[-1] for _ in range(merge_size - len(indices) % merge_size))
+    times = [index / fps for index in indices]
+    return [(times[i] + times[i + merge_size - 1]) / 2 for i in range(0, len(times), merge_size)]
+
+
+def lf_sample_indices(meta: VideoMeta, video_fps: float, video_maxlen: int) -> list[int]:
+    """MMPluginMixin._get_video_sample_indices: the frame indices kept from a clip's stream header."""
+    total = meta.header_frames
+    if total == 0:  # "infinite video" (MKV/WebM write no frame count): the first video_maxlen frames
+        return list(range(video_maxlen))
+    if meta.stream_duration is None:
+        raise CountError(
+            "LLaMA-Factory's _get_video_sample_indices multiplies the stream's duration, which this "
+            "clip's header does not give: TypeError"
+        )
+    import numpy as np  # the plugin's own np.linspace(...).astype(np.int32): the same indices
+
+    wanted = max(1, math.floor(meta.stream_duration * video_fps))
+    count = min(total, video_maxlen, wanted)
+    return [int(index) for index in np.linspace(0, total - 1, count).astype(np.int32)]
+
+
+@dataclass(frozen=True)
+class LfClip:
+    """One video as Qwen2VLPlugin (and Qwen3VLPlugin) take it.
+
+    `decoded`: the frames _regularize_videos hands to the video processor (the decoded frames whose
+    index was sampled, padded to even by repeating the last), the features' frames; `header`: the
+    frames `_get_qwen_video_grid_metadata` counts from the stream header instead of decoding (the
+    sampled indices, padded), None where the header gives no duration or frame rate, or for a frame
+    list; (`width`, `height`): after the video pre-resize (the stream's stored size: PyAV's to_image
+    applies no rotation); `frame_times`: the plugin's frames_indices (Qwen3-VL's timestamps, in
+    video_fps units).
+    """
+
+    decoded: int
+    header: int | None
+    width: int
+    height: int
+    frame_times: tuple[float, ...]
+    mode: str
+    capped: str | None = None
+
+    def as_decoded(self, meta: VideoMeta) -> VideoMeta:
+        return self._as(meta, self.decoded)
+
+    def as_header(self, meta: VideoMeta) -> VideoMeta:
+        return self._as(meta, self.header or self.decoded)
+
+    def _as(self, meta: VideoMeta, frames: int) -> VideoMeta:
+        """The frames as the video processor gets them: a list of pre-resized images, sampled already."""
+        return dataclasses.replace(
+            meta, frames=frames, width=self.width, height=self.height, rotation=0, content_fps=None
+        )
+
+
+def lf_clip(meta: VideoMeta, video_fps: float, video_maxlen: int, max_pixels: int, min_pixels: int) -> LfClip:
+    """Qwen2VLPlugin._regularize_videos and _get_qwen_video_stream_metadata (0.9.5) on header facts."""
+    width, height = preprocess_size(meta.width, meta.height, max_pixels, min_pixels, True)
+    settings = f"video_fps {video_fps:g}, video_maxlen {video_maxlen}"
+    capped = None
+    if meta.frames_from == "frame list":  # "we assume already sample frames from videos"
+        kept, header = meta.frames, None
+        frame_times: tuple[float, ...] = tuple(range(kept))
+        mode = f"LLaMA-Factory {VERSION}: every frame of the list"
+    else:
+        indices = lf_sample_indices(meta, video_fps, video_maxlen)
+        if meta.fps is None:
+            raise CountError("LLaMA-Factory reads the stream's average_rate, which this clip does not give")
+        kept = len(set(indices) & set(range(meta.frames)))  # `if frame_idx in sample_indices`
+        header = len(indices) if meta.stream_duration is not None else None
+        frame_times = tuple(index / meta.fps * video_fps for index in indices)
+        if meta.header_frames == 0:
+            mode = f"LLaMA-Factory {VERSION} ({settings}): no frame count in the header, the first {kept}"
+            if meta.frames > video_maxlen:
+                capped = f"no frame count in the header: video_maxlen {video_maxlen} keeps the first {kept} of {meta.frames} frames"
+        else:
+            mode = f"LLaMA-Factory {VERSION} ({settings}): {kept} of {meta.frames} frames"
+            assert meta.stream_duration is not None
+            wanted = math.floor(meta.stream_duration * video_fps)
+            if wanted > video_maxlen and meta.frames > video_maxlen:
+                capped = (
+                    f"video_fps {video_fps:g} over {meta.stream_duration:.1f} s asks for {wanted} frames; "
+                    f"video_maxlen {video_maxlen} keeps {kept}"
+                )
+    if kept == 0:
+        raise CountError("LLaMA-Factory decodes no frame of this clip")
+    pad = kept % 2  # `if len(frames) % 2 != 0: frames.append(frames[-1])`
+    if pad:
+        mode += ", padded to even"
+    if (width, height) != (meta.width, meta.height):
+        mode += f", pre-resized to {width}x{height}"
+    header = None if header is None else header + header % 2
+    return LfClip(kept + pad, header, width, height, frame_times, mode, capped)
+
+
 @dataclass(frozen=True)
 class _Turn:
     """One encoded message: its length with images expanded, and each image's [start, end) in it."""
@@ -375,6 +515,8 @@ def _option(options: Mapping[str, Any], key: str, default: Any, kind: type) -> A
     value = options.get(key, default)
     if kind is bool and value in (0, 1) and not isinstance(value, bool):
         value = bool(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         raise PipelineError(f"--pipeline llamafactory: {key} must be {kind.__name__}, got {value!r}")
     return value
@@ -396,6 +538,10 @@ class LlamaFactoryPipeline(Pipeline):
         "mask_history",
         "enable_thinking",
         "preserve_thinking",
+        "video_max_pixels",
+        "video_min_pixels",
+        "video_fps",
+        "video_maxlen",
     )
     exif_transpose: ClassVar[bool] = False  # _regularize_images: Image.open, no exif_transpose
 
@@ -412,6 +558,21 @@ class LlamaFactoryPipeline(Pipeline):
         # DataArguments' defaults; get_template_and_fix_tokenizer sets them on a ReasoningTemplate only
         self.enable_thinking = _option(o, "enable_thinking", True, bool)
         self.preserve_thinking = _option(o, "preserve_thinking", False, bool)
+        # ProcessorArguments (hparams/model_args.py): the video pre-resize and sampling
+        self.video_max_pixels = _option(o, "video_max_pixels", 256 * 256, int)
+        self.video_min_pixels = _option(o, "video_min_pixels", 16 * 16, int)
+        self.video_fps = _option(o, "video_fps", 2.0, float)
+        self.video_maxlen = _option(o, "video_maxlen", 128, int)
+        if self.video_max_pixels < 1 or self.video_min_pixels < 0 or self.video_maxlen < 1:
+            raise PipelineError(
+                "--pipeline llamafactory: video_max_pixels and video_maxlen must be >= 1, video_min_pixels >= 0"
+            )
+        if not self.video_fps > 0:
+            raise PipelineError("--pipeline llamafactory: video_fps must be above 0")
+        if self.video_max_pixels < self.video_min_pixels:  # model_args.py raises the same
+            raise PipelineError(
+                "--pipeline llamafactory: video_max_pixels cannot be smaller than video_min_pixels"
+            )
         template = o.get("template")
         if template in NOT_REPRODUCED:
             raise PipelineError(f"--pipeline llamafactory: {_not_reproduced(template)}")
@@ -439,6 +600,7 @@ class LlamaFactoryPipeline(Pipeline):
             self._check_template(self.template)
         self._tokenizer: Any = None
         self._image_id: int | None = None
+        self._video_id: int | None = None
         self._model: Model | None = None
         self._special_ids: dict[str, int | None] = {}
 
@@ -479,6 +641,8 @@ class LlamaFactoryPipeline(Pipeline):
                 f"token (template {self.template.name})"
             )
         self._special_ids = {BOS: tokenizer.bos_token_id, EOS: tokenizer.eos_token_id}
+        if self.template.video_plugin:
+            self._video_id = _token_id(tokenizer, self.template.video_token)
 
     def _check_template(self, template: LfTemplate) -> None:
         if self.train_on_prompt and template.efficient_eos:  # get_template_and_fix_tokenizer raises the same
@@ -512,6 +676,128 @@ class LlamaFactoryPipeline(Pipeline):
         width, height = preprocess_size(width, height, self.max_pixels, self.min_pixels, qwen)
         return height, width
 
+    # -- videos -----------------------------------------------------------------------------------
+
+    @property
+    def video_sampling(self) -> str | None:
+        """ "llamafactory" where the template's plugin video path is reproduced (Qwen2VLPlugin,
+        Qwen3VLPlugin), else None (the row's videos are not counted; VLM109 says why)."""
+        template = self.template
+        if template is None or not template.video_plugin:
+            return None
+        if self._tokenizer is not None and self._video_id is None:
+            return None  # a tokenizer without the video token: the plugin's ids cannot be counted
+        return self.name
+
+    def clip(self, meta: VideoMeta) -> LfClip:
+        """What Qwen2VLPlugin does to one clip (see lf_clip), with this run's video options."""
+        return lf_clip(meta, self.video_fps, self.video_maxlen, self.video_max_pixels, self.video_min_pixels)
+
+    def count_video(self, family: Family, meta: VideoMeta, settings: Any) -> VideoCount:
+        """The clip as LLaMA-Factory's collator hands it to the model's video processor: the frames
+        _regularize_videos decodes (sampled, padded to even) at their pre-resized size, the processor
+        run without sampling (Qwen3VLPlugin passes do_sample_frames=False; Qwen2VLPlugin relies on
+        Qwen2VLVideoProcessor's default, off). The family's formula counts them."""
+        assert family.count_video is not None
+        clip = self.clip(meta)
+        count = family.count_video(clip.as_decoded(meta), _unsampled(settings))
+        timestamps = count.timestamps
+        if self.template is not None and self.template.video_plugin == "qwen3_vl":
+            timestamps = tuple(calculate_timestamps(clip.frame_times, self.video_fps, settings.merge_size))
+        return dataclasses.replace(count, mode=clip.mode, timestamps=timestamps, capped=clip.capped)
+
+    def _video_expansions(
+        self, row: CountedRow, result: RowResult, messages: tuple[Message, ...]
+    ) -> tuple[list[tuple[str, tuple[int, ...]]], tuple[str, str] | None] | TrainerFate:
+        """Each video's text as process_messages writes it (each run of its video token once) and the
+        runs' lengths; and why the written tokens do not match the collator's features, with the fix
+        (None: they match).
+
+        The tokens come from the header path (`_get_qwen_video_grid_metadata`) when every video of
+        the row is a file whose stream header gives a duration and a frame rate, else from the decoded
+        frames (`_get_mm_inputs`), which is what the features always come from. Qwen3VLPlugin writes
+        `num_frames` temporal groups for every video, the first video's (video_grid_thw[0][0], "hard
+        code for now"), and the timestamps of video_metadata[i], i the index of the message that holds
+        the placeholder: an IndexError where there are fewer videos, or fewer groups.
+        """
+        template, model = self.template, self._model
+        assert template is not None and model is not None
+        metas = [info.video for info in result.media if info.kind == "video"]
+        if len(metas) != len(row.videos) or any(meta is None for meta in metas):
+            return self._fate("raise", reason="the row's videos cannot be read")  # (the engine counts none)
+        clips = [self.clip(meta) for meta in metas if meta is not None]
+        count_video = model.family.count_video
+        assert count_video is not None
+        features = list(row.videos)
+        written = features
+        if all(clip.header is not None for clip in clips):
+            try:
+                written = [
+                    count_video(clip.as_header(meta), _unsampled(model.video_settings))
+                    for clip, meta in zip(clips, metas, strict=True)
+                    if meta is not None
+                ]
+            except CountError as exc:
+                return self._fate("raise", reason=f"LLaMA-Factory's header path for the video raises: {exc}")
+        bos, eos, token = template.vision_bos, template.vision_eos, template.video_token
+        expansions: list[tuple[str, tuple[int, ...]]] = []
+        if template.video_plugin == "qwen2_vl":
+            expansions = [(f"{bos}{token}{eos}", (count.tokens,)) for count in written]
+        else:
+            merge = model.video_settings.merge_size
+            groups = written[0].grid[0]
+            holders = [
+                index
+                for index, message in enumerate(messages)
+                for part in message.parts
+                if part.media == "video"
+            ]
+            for position, (count, holder) in enumerate(zip(written, holders, strict=True)):
+                if holder >= len(clips):
+                    return self._fate(
+                        "raise",
+                        reason=f"video {position + 1} sits in message {holder + 1}, and Qwen3VLPlugin reads the "
+                        f"timestamps of video_metadata[{holder}] (the message's index) of {len(clips)} video(s): "
+                        "IndexError: list index out of range",
+                        fix="put the <video> placeholders in the first message, or train with qwen2_vl's plugin",
+                    )
+                times = calculate_timestamps(clips[holder].frame_times, self.video_fps, merge)
+                if len(times) < groups:
+                    return self._fate(
+                        "raise",
+                        reason=f"Qwen3VLPlugin writes {groups} temporal groups (video 1's) for video {position + 1}, "
+                        f"whose timestamps (video_metadata[{holder}]) have {len(times)}: IndexError",
+                        fix="give the row's videos the same sampled length",
+                    )
+                per_group = count.grid[1] * count.grid[2] // merge**2
+                text = "".join(f"<{times[group]:.1f} seconds>{bos}{token}{eos}" for group in range(groups))
+                expansions.append((text, (per_group,) * groups))
+        tokens = sum(sum(runs) for _, runs in expansions)
+        wanted = sum(count.tokens for count in features)
+        if tokens == wanted:
+            return expansions, None
+        why, fix = self._written_why(clips, written is not features)
+        reason = (
+            f"LLaMA-Factory writes {tokens} video tokens for the row's {len(features)} video(s) ({why}), "
+            f'the decoded frames give {wanted} features: "Video features and video tokens do not match"'
+        )
+        return expansions, (reason, fix)
+
+    @staticmethod
+    def _written_why(clips: list[LfClip], header_path: bool) -> tuple[str, str]:
+        """Why LLaMA-Factory's written video tokens differ from the features, and the fix, in words."""
+        for position, clip in enumerate(clips, start=1):
+            if header_path and clip.header != clip.decoded:
+                return (
+                    f"video {position}: the stream header path counts {clip.header} frames, the decoder "
+                    f"gives {clip.decoded}",
+                    "remux the clip to MP4 (a header with its frame count): ffmpeg -i IN -c copy OUT.mp4",
+                )
+        return (
+            "Qwen3VLPlugin writes video 1's temporal groups for every video",
+            "give the row's videos the same sampled length, or one video per row",
+        )
+
     # -- rows -------------------------------------------------------------------------------------
 
     def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
@@ -521,13 +807,14 @@ class LlamaFactoryPipeline(Pipeline):
         system = ""
         if messages and messages[0].role is Role.SYSTEM:
             system, messages = _text(messages[0]), messages[1:]
-            if any(part.is_image for part in row.sample.messages[0].parts):
+            if any(part.is_image or part.media for part in row.sample.messages[0].parts):
+                kind = "image" if any(part.is_image for part in row.sample.messages[0].parts) else "video"
                 return self._fate(
                     "raise",
-                    reason="an <image> placeholder in the system prompt: LLaMA-Factory expands and counts "
+                    reason=f"an <{kind}> placeholder in the system prompt: LLaMA-Factory expands and counts "
                     "placeholders in the user and assistant turns only, and raises ValueError (The number "
-                    "of images does not match the number of <image> tokens)",
-                    fix="move the <image> placeholder into the first user turn",
+                    f"of {kind}s does not match the number of <{kind}> tokens)",
+                    fix=f"move the <{kind}> placeholder into the first user turn",
                 )
         problem = _invalid_turns(messages)
         if problem:
@@ -536,24 +823,39 @@ class LlamaFactoryPipeline(Pipeline):
                 reason=f"LLaMA-Factory skips the row ({problem}); it never trains",
                 fix="make the turns alternate user/assistant, from a user turn to an assistant answer",
             )
-        counts = [count.tokens for count in row.counts]
         expansions = [self._expansion(index, count) for index, count in enumerate(row.counts)]
-        slots = self._slots(messages, system, [text for text, _ in expansions])
+        mismatch = None
+        if any(part.media == "video" for message in messages for part in message.parts):
+            if not row.videos or self.video_sampling is None:
+                return None  # the videos are not counted (VLM109): nothing to predict
+            videos = self._video_expansions(row, result, messages)
+            if isinstance(videos, TrainerFate):
+                return videos
+            expansions += videos[0]
+            mismatch = videos[1]
+        labels = [f"image {i + 1}" for i in range(len(row.counts))]
+        labels += [f"video {i + 1}" for i in range(len(expansions) - len(row.counts))]
+        counts = [sum(runs) for _, runs in expansions]
+        slots = self._slots(messages, system, [text for text, _ in expansions], len(row.counts))
         present = {image for elements in slots for _, images in elements for image in images}
         removed = [image for image in range(len(counts)) if image not in present]
         if removed:
+            label = labels[removed[0]]
             return self._fate(
                 "crash",
                 image_tokens_lost=sum(counts[image] for image in removed),
-                reason=f"image {removed[0] + 1} sits inside a thought block of an answer, which "
-                f"{self.template.name}'s encode_multiturn removes (remove_thought), but every image still "
-                'goes to the model: "Image features and image tokens do not match"',
-                fix="move the <image> placeholder out of the <think> block",
+                reason=f"{label} sits inside a thought block of an answer, which "
+                f"{self.template.name}'s encode_multiturn removes (remove_thought), but every image and video "
+                'still goes to the model: "Image features and image tokens do not match"',
+                fix=f"move the <{label.split()[0]}> placeholder out of the <think> block",
             )
-        if self._surely_fits(slots, counts):
+        if mismatch is None and self._surely_fits(slots, counts):
             return self._fate("kept", reason=f"at most {self.limit} tokens")
-        turns = self._encode(slots, [runs for _, runs in expansions])
-        return self._truncate(turns, counts)
+        turns = self._encode(slots, [runs for _, runs in expansions], len(row.counts))
+        fate = self._truncate(turns, counts, labels)
+        if mismatch is not None and fate.status != "crash":
+            fate = dataclasses.replace(fate, status="crash", reason=mismatch[0], fix=mismatch[1])
+        return fate
 
     def _expansion(self, index: int, count: Any) -> tuple[str, tuple[int, ...]]:
         """The text process_messages writes for image `index`, each run of its image token written once,
@@ -576,7 +878,7 @@ class LlamaFactoryPipeline(Pipeline):
         return TrainerFate(status=status, trainer=self._label(), **fields)  # type: ignore[arg-type]
 
     def _slots(
-        self, messages: tuple[Message, ...], system: str, image_texts: list[str]
+        self, messages: tuple[Message, ...], system: str, image_texts: list[str], first_video: int = 0
     ) -> list[list[tuple[str, tuple[int, ...]]]]:
         """Each turn's elements as Template._encode forms them: (text, images in it) or a BOS/EOS mark.
 
@@ -586,7 +888,7 @@ class LlamaFactoryPipeline(Pipeline):
         template = self.template
         assert template is not None
         system = system or template.default_system
-        contents = self._contents(messages)
+        contents = self._contents(messages, first_video)
         thought_after, thought_before = self._thoughts(contents)
         turns = []
         for index, (message, pieces) in enumerate(zip(messages, contents, strict=True)):
@@ -618,8 +920,9 @@ class LlamaFactoryPipeline(Pipeline):
             turns.append(elements)
         return turns
 
-    def _contents(self, messages: tuple[Message, ...]) -> list[list[str | int]]:
-        """Each message's content as encode_multiturn encodes it: text pieces and image indices.
+    def _contents(self, messages: tuple[Message, ...], first_video: int = 0) -> list[list[str | int]]:
+        """Each message's content as encode_multiturn encodes it: text pieces and media indices (the
+        images from 0, then the videos from `first_video`, the row's image count).
 
         ReasoningTemplate.encode_multiturn removes the thought blocks of every answer when
         enable_thinking is off, and of the earlier answers with mask_history (unless preserve_thinking).
@@ -627,13 +930,16 @@ class LlamaFactoryPipeline(Pipeline):
         template = self.template
         assert template is not None
         contents: list[list[str | int]] = []
-        image = 0
+        image, video = 0, first_video
         for message in messages:
             pieces: list[str | int] = []
             for part in message.parts:
                 if part.is_image:
                     pieces.append(image)
                     image += 1
+                elif part.media == "video":
+                    pieces.append(video)
+                    video += 1
                 else:
                     pieces.append(part.text)
             contents.append(pieces)
@@ -691,7 +997,10 @@ class LlamaFactoryPipeline(Pipeline):
         return bound <= self.limit
 
     def _encode(
-        self, turns: list[list[tuple[str, tuple[int, ...]]]], runs: list[tuple[int, ...]]
+        self,
+        turns: list[list[tuple[str, tuple[int, ...]]]],
+        runs: list[tuple[int, ...]],
+        first_video: int | None = None,
     ) -> list[_Turn]:
         """Each turn's length and image spans (one per run of the image token): every string slot
         tokenized alone, in one batch."""
@@ -705,28 +1014,37 @@ class LlamaFactoryPipeline(Pipeline):
         for elements in turns:
             length = 0
             spans: list[tuple[int, int, int]] = []
-            for text, images in elements:
+            for text, items in elements:
                 if isinstance(text, _Mark):
                     length += self._special_ids.get(text) is not None
                     continue
                 if not text:
                     continue
                 ids = next(encoded)
-                positions = [i for i, token in enumerate(ids) if token == self._image_id]
-                extra = 0
-                written = [(image, run) for image in images for run in runs[image]]
-                if len(positions) == len(written):  # else literal image tokens in the text: no spans
-                    for (image, run), position in zip(written, positions, strict=True):
+                written = [(image, run) for image in items for run in runs[image]]
+                # each run at its token's next position (images: the image token; videos: the video token)
+                token_of = [
+                    self._image_id if first_video is None or image < first_video else self._video_id
+                    for image, _ in written
+                ]
+                positions = {token: [i for i, t in enumerate(ids) if t == token] for token in set(token_of)}
+                if all(len(positions[token]) == token_of.count(token) for token in positions):
+                    ordered = {token: iter(found) for token, found in positions.items()}
+                    at = [next(ordered[token]) for token in token_of]
+                    extra = 0
+                    for (image, run), position in sorted(zip(written, at, strict=True), key=lambda w: w[1]):
                         start = length + position + extra
                         spans.append((image, start, start + run))
                         extra += run - 1
-                else:
+                else:  # literal image or video tokens in the text: no spans
                     extra = sum(run - 1 for _, run in written)
                 length += len(ids) + extra
             result.append(_Turn(length, tuple(spans)))
         return result
 
-    def _truncate(self, turns: list[_Turn], counts: list[int]) -> TrainerFate:
+    def _truncate(
+        self, turns: list[_Turn], counts: list[int], labels: list[str] | None = None
+    ) -> TrainerFate:
         """SupervisedDatasetProcessor._encode_data_example's loop, on lengths instead of ids."""
         pairs = [(turns[i], turns[i + 1]) for i in range(0, len(turns), 2)]
         if self.mask_history:
@@ -758,9 +1076,10 @@ class LlamaFactoryPipeline(Pipeline):
         image_lost = sum(cut.values())
         if image_lost:
             first = min(cut)
-            which = f"{cut[first]} of image {first + 1}'s {counts[first]} tokens"
+            labels = labels or [f"image {i + 1}" for i in range(len(counts))]
+            which = f"{cut[first]} of {labels[first]}'s {counts[first]} tokens"
             if len(cut) > 1:
-                which += f" and tokens of {len(cut) - 1} more image(s)"
+                which += f" and tokens of {len(cut) - 1} more image(s) or video(s)"
             return self._fate(
                 "crash",
                 length=total,
