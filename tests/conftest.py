@@ -72,7 +72,9 @@ def real_processor(folder: str | os.PathLike):
     required = inspect.signature(processor_class.__init__).parameters
     if "video_processor" in required:
         parts["video_processor"] = None
-    if "feature_extractor" in required or "audio_processor" in required:
+    # SmolVLMProcessor.apply_chat_template reads its video processor's num_frames / fps; fixtures/support.py
+    # stubs it, as it does MiniCPM-V's and the audio parts
+    if "feature_extractor" in required or "audio_processor" in required or class_name == "SmolVLMProcessor":
         # Gemma 3n / Gemma 4 need their audio part (torch): fixtures/support.py stubs it
         from fixtures import support
 

@@ -326,6 +326,8 @@ class Scanner:
                 raise CountError(f"video {position} ({info.reference}): {exc}") from None
         if len(counts) > 1 and self.family.check_videos is not None:
             self.family.check_videos(counts, self.model.video_settings)  # CountError: the row's error
+        if len(counts) > 1 and self.family.row_videos is not None:  # texts that depend on the row's others
+            counts = self.family.row_videos(counts, self.model.video_settings)
         counted = iter(counts)
         media = tuple(
             evolve(

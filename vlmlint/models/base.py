@@ -154,7 +154,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
-    "check_videos",
+    "check_videos", "row_videos",
 )  # fmt: skip
 
 
@@ -216,6 +216,10 @@ class Family:
     count_video: Callable[..., VideoCount] | None = None
     expand_video: Callable[[VideoCount, Any], Expansion] | None = None
     video_position_span: Callable[[VideoCount, Any], int] | None = None
+    # (a row's VideoCounts, video settings) -> them as one processor call gives them together, where a
+    # video's text depends on the others (SmolVLM2's intro names the most frames of any); CountError:
+    # the processor refuses them together. None: each video stands alone.
+    row_videos: Callable[[list[VideoCount], Any], list[VideoCount]] | None = None
     # (the row's video counts, video settings) -> None, or CountError where the processor refuses the
     # videos together (InternVL stacks a row's videos: their frame counts and sizes must agree).
     check_videos: Callable[[list[VideoCount], Any], None] | None = None

@@ -13,6 +13,23 @@ becomes, per tile, `<fake_token_around_image><row_r_col_c>` + `<image>` x image_
 each row, then "\\n<fake_token_around_image><global-img>" + `<image>` x image_seq_len +
 `<fake_token_around_image>`; with no tiles only the global part without its leading "\\n".
 image_seq_len comes from the processor's own config (processor_config.json), never from the image size.
+
+Videos (SmolVLM2 only: transformers 5.24 `SmolVLMVideoProcessor` in video_processing_smolvlm.py and
+`SmolVLMProcessor.replace_video_token` in processing_smolvlm.py; Idefics3Processor has no video path):
+- settings: `video_sampling` {fps, max_frames} of the file (SmolVLMVideoProcessor.__init__ takes them
+  as its fps and num_frames), else top-level fps / num_frames; do_sample_frames False by default (the
+  class's "for BC" value): every frame is kept.
+- do_sample_frames: refused without fps (a frame list); n = min(int(round(fps x duration)), num_frames),
+  at least 1; when duration - 2 s > num_frames x fps the first and last second are skipped; indices
+  np.linspace(start, end, n, dtype=int), de-duplicated (np.unique).
+- every kept frame is resized to max_image_size x max_image_size (no splitting): image_seq_len <image>
+  tokens each, whatever the clip's size.
+- the template's `<video>` becomes "You are provided the following series of {N in words} frames from a
+  {H:MM:SS} [H:MM:SS] video.\n", per frame "\nFrame from MM:SS:" + the single-image block, then "\n\n".
+  N is pixel_values.shape[1]: the most frames of any video in the processor call (do_pad pads the
+  others), so every intro of a row with two clips names the longer one's count (`row_videos`). The
+  duration is int(metadata.duration) (a frame list: int(last timestamp)); timestamps are index / fps,
+  24 fps where the video has none (a frame list).
 """
 
 from __future__ import annotations
@@ -22,7 +39,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vlmlint.models.base import CountError, Expansion, Family, ImageCount, Knob, Run, image_processor_types
+from vlmlint.models.base import (
+    CountError,
+    Expansion,
+    Family,
+    ImageCount,
+    Knob,
+    Run,
+    VideoCount,
+    image_processor_types,
+    positive_int,
+)
+from vlmlint.records import VideoMeta
 
 PLACEHOLDER = "<image>"
 FAKE_IMAGE_TOKEN = "<fake_token_around_image>"
@@ -226,11 +254,167 @@ def size_knob(settings: Any) -> Knob | str:
     )
 
 
+# ---- videos: transformers 5.24 SmolVLMVideoProcessor through SmolVLMProcessor ---------------------
+
+VIDEO_PROCESSOR = "SmolVLMVideoProcessor"
+VIDEO_PLACEHOLDER = "<video>"  # SmolVLMProcessor.video_token (the tokenizer's video_token, else "<video>")
+VIDEO_INTRO = (
+    "You are provided the following series of {frame_count} frames from a {video_duration} [H:MM:SS] video.\n"
+)
+FRAME_TIMESTAMP = "\nFrame from {timestamp}:"
+MEDIA_OUTTRO = "\n\n"
+DEFAULT_VIDEO_FPS = 24  # replace_video_token's stand-in for a video without fps
+SKIP_SECS = 1  # sample_frames' skip_secs default (not a processor kwarg)
+
+
+@dataclass(frozen=True)
+class SmolVLMVideoSettings:
+    """SmolVLMVideoProcessor's sampling settings and the processor's per-frame image block."""
+
+    image_seq_len: int
+    do_sample_frames: bool = False
+    num_frames: int | None = 64  # video_sampling.max_frames
+    fps: float | None = 1  # video_sampling.fps
+    do_pad: bool = True
+    do_resize: bool = True
+    max_image_size: int = 512  # every frame's side after the resize (max_image_size.longest_edge)
+
+
+def video_settings_from(
+    config: dict[str, Any], image_settings: Any, processor_class: str | None
+) -> SmolVLMVideoSettings:
+    """SmolVLMVideoProcessor's settings as its __init__ takes them (video_sampling wins)."""
+    if processor_class != "SmolVLMProcessor":
+        raise CountError(f"{processor_class} has no video path (only SmolVLMProcessor takes videos)")
+    processor = config.get("video_processor_type")
+    if processor != VIDEO_PROCESSOR:
+        raise CountError(f"its video processor {processor} is not one vlmlint reproduces ({VIDEO_PROCESSOR})")
+    num_frames, fps = config.get("num_frames"), config.get("fps")
+    sampling = config.get("video_sampling")
+    if sampling is not None:
+        if not isinstance(sampling, dict) or "max_frames" not in sampling or "fps" not in sampling:
+            raise CountError(f"video_sampling must hold max_frames and fps (the video processor's __init__ reads both), got {sampling!r}")  # fmt: skip
+        num_frames, fps = sampling["max_frames"], sampling["fps"]
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float))):
+        raise CountError(f"video processor fps must be a number, got {fps!r}")
+    return SmolVLMVideoSettings(
+        image_seq_len=image_settings.image_seq_len,
+        do_sample_frames=bool(config.get("do_sample_frames")),
+        num_frames=None if num_frames is None else positive_int(num_frames, "num_frames"),
+        fps=fps,
+        do_pad=bool(config.get("do_pad", True)),
+        do_resize=bool(config.get("do_resize", True)),
+        max_image_size=positive_int(
+            _size_value(config.get("max_image_size") or {}, "longest_edge"), "max_image_size.longest_edge"
+        ),
+    )
+
+
+def sampled_indices(meta: VideoMeta, settings: SmolVLMVideoSettings) -> tuple[list[int], str, str | None]:
+    """The frame indices SmolVLMVideoProcessor.sample_frames keeps, the mode and any max_frames cap in words."""
+    import numpy as np
+
+    total = meta.frames
+    if not settings.do_sample_frames:
+        return list(range(total)), "every frame (do_sample_frames is false)", None
+    if meta.fps is None:
+        raise CountError(
+            "Asked to sample frames per second but no video metadata was provided which is required when "
+            f"sampling in SmolVLM (a {meta.frames_from} has no fps): set do_sample_frames=False"
+        )
+    num_frames, fps = settings.num_frames, settings.fps
+    if num_frames is None or fps is None:
+        raise CountError(
+            "SmolVLM's sampler needs both fps and num_frames (video_sampling fps and max_frames)"
+        )
+    duration = meta.duration if meta.duration is not None else total / meta.fps
+    estimated = int(round(fps * duration))
+    desired = max(min(estimated, num_frames), 1)
+    start, end = 0, total - 1
+    skipped = SKIP_SECS > 0 and (duration - 2 * SKIP_SECS) > (num_frames * fps)
+    if skipped:
+        start, end = int(SKIP_SECS * meta.fps), int(total - SKIP_SECS * meta.fps)
+    start, end = max(0, start), min(end, total - 1)
+    if start >= end:
+        start, end = 0, total - 1
+    indices = [int(i) for i in np.unique(np.linspace(start, end, desired, dtype=int))]
+    mode = f"fps {fps:g}, at most {num_frames} frames" + (", 1 s skipped at each end" if skipped else "")
+    capped = None
+    if estimated > num_frames:
+        capped = (
+            f"fps {fps:g} over {duration:.1f} s asks for {estimated} frames; max_frames {num_frames} keeps "
+            f"{len(indices)} (one every {duration / len(indices):.2f} s)"
+        )
+    return indices, mode, capped
+
+
+def count_video(meta: VideoMeta, settings: SmolVLMVideoSettings) -> VideoCount:
+    """The kept frames, each one max_image_size square image of image_seq_len <image> tokens.
+
+    grid: (the frame count the intro names - this clip's own until `row_videos` sets the row's most -,
+    the whole seconds of its duration as the intro writes them); timestamps: each kept frame's seconds.
+    """
+    if meta.frames < 1:
+        raise CountError("the video has no frames")
+    indices, mode, capped = sampled_indices(meta, settings)
+    fps = meta.fps if meta.fps is not None else DEFAULT_VIDEO_FPS
+    timestamps = tuple(index / fps for index in indices)
+    # int(metadata.duration); a frame list has none: int(the last timestamp)
+    duration = int(meta.duration) if meta.duration is not None else int(timestamps[-1])
+    tokens = settings.image_seq_len * len(indices)
+    # every frame becomes one max_image_size square (do_resize), else keeps its size: the tokens are the same
+    height, width = (settings.max_image_size,) * 2 if settings.do_resize else (meta.height, meta.width)
+    return VideoCount(len(indices), height, width, (len(indices), duration), tokens, mode, timestamps, capped)
+
+
+def row_videos(counts: list[VideoCount], settings: SmolVLMVideoSettings) -> list[VideoCount]:
+    """One processor call's videos together: pixel_values.shape[1] (the intro's frame count) is the
+    most frames of any of them (do_pad); without do_pad, clips of other lengths or sizes cannot be stacked."""
+    if not counts:
+        return counts
+    most = max(count.frames for count in counts)
+    shapes = {(count.frames, count.resized_height, count.resized_width) for count in counts}
+    if not settings.do_pad and len(shapes) > 1:
+        raise CountError(
+            "do_pad is off and the row's videos differ in frame count or frame size: the processor cannot "
+            "stack them into one pixel_values tensor"
+        )
+    return [dataclasses.replace(count, grid=(most, *count.grid[1:])) for count in counts]
+
+
+def _number_words(number: int) -> str:
+    from num2words import num2words  # (LGPL-2.1, pure Python: what SmolVLMProcessor spells numbers with)
+
+    return num2words(number)
+
+
+def expand_video(count: VideoCount, settings: SmolVLMVideoSettings) -> Expansion:
+    """`replace_video_token`: the intro, per frame its MM:SS line and single-image block, the outro."""
+    from datetime import timedelta
+
+    frame_count, duration = count.grid
+    segments: list[str | Run] = [
+        VIDEO_INTRO.format(
+            frame_count=_number_words(frame_count), video_duration=str(timedelta(seconds=duration))
+        )
+    ]
+    image = Run(PLACEHOLDER, settings.image_seq_len)
+    for seconds in count.timestamps:
+        stamp = f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+        segments += [
+            FRAME_TIMESTAMP.format(timestamp=stamp) + FAKE_IMAGE_TOKEN + GLOBAL_IMAGE_TOKEN,
+            image,
+            FAKE_IMAGE_TOKEN,
+        ]
+    segments.append(MEDIA_OUTTRO)
+    return tuple(segments)
+
+
 # Idefics3Processor.__call__ finds each image's text by its first and last character
 # (char_to_token(end - 1)) and fails when a cut removes the last one.
 FAMILY = Family.define(
     __name__, name="idefics3", title="Idefics3 / SmolVLM",
     processor_classes=("Idefics3Processor", "SmolVLMProcessor"),
     image_processor_types=image_processor_types("Idefics3") + image_processor_types("SmolVLM"),
-    placeholder=PLACEHOLDER, checks_image_span=True,
+    placeholder=PLACEHOLDER, checks_image_span=True, video_placeholder=VIDEO_PLACEHOLDER,
 )  # fmt: skip
