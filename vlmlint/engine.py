@@ -448,21 +448,20 @@ class Scanner:
         return info.height, info.width
 
     def _loader_size(self, ref: ImageRef, info: ImageInfo) -> tuple[int, int]:
-        """(height, width) the processor gets: qwen-vl-utils' per-image resize for the Qwen-VL family
-        (ImageRef.sizing; fetch_image opens the file without its EXIF orientation), else _trainer_size."""
-        if ref.sizing is None or self.family.name != "qwen-vl" or self.config.pipeline != "hf":
+        """(height, width) the processor gets: the family's loader resize of a row's per-image settings
+        (ImageRef.sizing: qwen-vl-utils' fetch_image for Qwen-VL, which opens the file without its EXIF
+        orientation), else _trainer_size."""
+        if ref.sizing is None or self.family.loader_size is None or self.config.pipeline != "hf":
             return self._trainer_size(info)
-        from vlmlint.models.qwen_vl import fetch_image_size
-
         stored = (info.width, info.height) if info.orientation in (5, 6, 7, 8) else (info.height, info.width)
-        return fetch_image_size(*stored, ref.sizing, self.model.settings.factor)
+        return self.family.loader_size(*stored, ref.sizing, self.model.settings)
 
     def _trainer_resized(self, image: Any, info: ImageInfo, ref: ImageRef | None = None) -> Any:
         """A decoded image at the size the trainer's pre-resize gives it (--pipeline), or qwen-vl-utils'."""
         if (
             ref is not None
             and ref.sizing is not None
-            and self.family.name == "qwen-vl"
+            and self.family.loader_size is not None
             and self.config.pipeline == "hf"
         ):
             height, width = self._loader_size(ref, info)

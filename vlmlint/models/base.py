@@ -154,7 +154,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
-    "check_videos", "row_videos",
+    "check_videos", "row_videos", "loader_size",
 )  # fmt: skip
 
 
@@ -202,6 +202,9 @@ class Family:
     # (height, width, area limit, settings) -> the fix hint for an image the processor shrinks by more
     # than the limit, naming the family's setting; None (or a None result): the generic hints.
     shrink_hint: Callable[[int, int, float, Any], str | None] | None = None
+    # (height, width, ImageRef.sizing, settings) -> the size the family's own image loader hands the
+    # processor for a row's per-image settings (Qwen-VL: qwen-vl-utils' fetch_image); None: not read.
+    loader_size: Callable[[int, int, Any, Any], tuple[int, int]] | None = None
     # Special tokens the family documents as data a row writes (grounding boxes, OCR quads): not stray
     # control tokens (VLM304 leaves them alone).
     data_tokens: tuple[str, ...] = ()

@@ -95,6 +95,11 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
+def loader_size(height: int, width: int, sizing: Any, settings: QwenSettings) -> tuple[int, int]:
+    """Family.loader_size: qwen-vl-utils' fetch_image size for a row's per-image settings."""
+    return fetch_image_size(height, width, sizing, settings.factor)
+
+
 def fetch_image_size(height: int, width: int, sizing: Any, factor: int) -> tuple[int, int]:
     """(height, width) qwen-vl-utils 0.0.14 resizes an image to before the processor sees it, from a
     row's per-image settings (vision_process.py fetch_image with image_patch_size * 2 = `factor`):
