@@ -259,9 +259,16 @@ def build_tekken(vocab_file: Path, target: Path) -> None:
     ids 0-999 are Tekken's special tokens (<unk>, <s>, </s>, [INST], ... [IMG] 10, [IMG_BREAK] 12,
     [IMG_END] 13, <SPECIAL_n> fillers), then the BPE ranks; <s> is prepended. Slow: run once."""
     from tokenizers import processors
-    from transformers.integrations.mistral.tokenizer import MistralConverter
 
-    tokenizer = MistralConverter(vocab_file=str(vocab_file)).converted()
+    try:  # transformers 5.16.1+: integrations/mistral/tokenizer.py reads tekken.json itself
+        from transformers.integrations.mistral.tokenizer import MistralConverter
+
+        tokenizer = MistralConverter(vocab_file=str(vocab_file)).converted()
+    except ModuleNotFoundError:  # older 5.x (5.0, 5.8): integrations/mistral.py, vocab via mistral-common;
+        # the same tokenizer.json, byte for byte (compared on 5.0 and 5.8 against 5.24's)
+        from transformers.integrations.mistral import convert_tekken_tokenizer
+
+        tokenizer = convert_tekken_tokenizer(str(vocab_file))._tokenizer
     bos = tokenizer.token_to_id("<s>")
     tokenizer.post_processor = processors.Sequence(
         [
@@ -339,8 +346,10 @@ def build_sentencepiece_bpe(model_file: Path, target: Path) -> None:
 
     model = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
     vocab = {model.id_to_piece(i): i for i in range(model.get_piece_size())}
+    # generate_merges(vocab, vocab_scores) up to 5.23; vocab_scores defaults to None from 5.24: pass it.
+    merges = generate_merges(vocab, None)
     tokenizer = Tokenizer(
-        BPE(vocab=vocab, merges=generate_merges(vocab), unk_token="<unk>", fuse_unk=True, byte_fallback=True)
+        BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True)
     )
     tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     tokenizer.decoder = decoders.Sequence(
