@@ -235,13 +235,6 @@ def read_json(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Sam
     """A .json manifest: a top-level array streamed with ijson, or JSONL content under a .json name."""
     _check_encoding(path)
     first = _first_significant_byte(path)
-    if first == b"{":
-        whole = _one_object(path)
-        if whole is not None:  # dataset_info.json, an InternVL meta file, a config: not rows
-            from vlmlint.readers.meta import read_object_file
-
-            yield from read_object_file(path, whole, origin, batch_rows)
-            return
     if first != b"[":
         # JSON Lines saved as .json (or one row): the JSONL reader handles both.
         yield from read_jsonl(path, origin, batch_rows)

@@ -20,8 +20,27 @@ from typing import Any
 
 from vlmlint.readers.base import ReadOptions, display_path
 from vlmlint.readers.files import DatasetError, outside_target
+from vlmlint.readers.manifest import (
+    _check_encoding,
+    _first_significant_byte,
+    _one_object,
+    read_json,
+    read_jsonl,
+)
 from vlmlint.readers.rowsource import RowSource
 from vlmlint.records import RowProblem, Sample
+
+
+def read_json_file(path: str, origin: RowSource, batch_rows: int = 0) -> Iterator[Any]:
+    """A .json file given to scan: one JSON object (dataset_info.json, an InternVL meta file, a config:
+    not rows) is recognised here; anything else is a manifest (manifest.read_json)."""
+    _check_encoding(path)
+    if _first_significant_byte(path) == b"{":
+        whole = _one_object(path)
+        if whole is not None:
+            yield from read_object_file(path, whole, origin, batch_rows)
+            return
+    yield from read_json(path, origin, batch_rows)
 
 
 def is_internvl_meta(whole: Mapping[str, Any]) -> bool:
@@ -75,8 +94,6 @@ def read_object_file(
 ) -> Iterator[Sample]:
     folder = os.path.dirname(os.path.abspath(path))
     if is_internvl_meta(whole):
-        from vlmlint.readers.manifest import read_json, read_jsonl
-
         for name, entry in whole.items():
             annotation = _inside(folder, entry["annotation"], f"{name!r} annotation", path)
             root = entry.get("root")

@@ -20,12 +20,13 @@ from vlmlint.readers.hf import (
     read_parquet,
     read_saved_dataset,
 )
-from vlmlint.readers.manifest import read_json, read_jsonl
+from vlmlint.readers.manifest import read_jsonl
+from vlmlint.readers.meta import read_json_file
 from vlmlint.readers.rowsource import RowSource
 from vlmlint.readers.webdataset import is_shard_name, is_shard_pattern, read_shard, shard_paths
 from vlmlint.records import RowProblem, Sample
 
-MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json}
+MANIFEST_READERS = {".jsonl": read_jsonl, ".ndjson": read_jsonl, ".json": read_json_file}
 TABLE_READERS = {".parquet": read_parquet, ".arrow": read_arrow}
 
 
