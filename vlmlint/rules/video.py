@@ -35,9 +35,12 @@ class VideoFramesUnknown(Rule):
     0, so with no sampling it raises `IndexError: index -1 is out of bounds for axis 0 with size 0`,
     and with `fps` or `num_frames` `ValueError: ... the requested number of frames exceeds
     total_num_frames=0`. LLaMA-Factory (0.9.5, mm_plugin `_get_video_sample_indices`) takes 0
-    frames for an endless stream and keeps the first `video_maxlen` frames (128 by default), every
-    one of them instead of `video_fps` per second: many more video tokens than the clip's length
-    asks for, and only its beginning. ms-swift's PyAV loader for LLaVA-style models
+    frames for an endless stream and asks for the first `video_maxlen` frames (128 by default),
+    every one of them instead of `video_fps` per second: many more video tokens than the clip's
+    length asks for, and only its beginning; and where the clip has a stream duration, its Qwen
+    plugin writes the tokens of all `video_maxlen` frames while the decoder yields only the clip's
+    own (fewer, for a short clip): "Video features and video tokens do not match" (`--pipeline
+    llamafactory` predicts it row by row). ms-swift's PyAV loader for LLaVA-style models
     (`load_video_llava`) samples indices from 0 to -1, gets no frame and `np.stack` raises. torchcodec (transformers' video processors' default) and decord
     count the frames themselves and are not affected. vlmlint counts the packets (demuxing, no
     decode), so its count is right; the reader's is not.
@@ -64,8 +67,8 @@ class VideoFramesUnknown(Rule):
                 f"video {position} ({info.reference}) has no frame count in its container header (vlmlint "
                 f"counted {video.frames} frames by demuxing): transformers' PyAV reader sees total_num_frames=0 "
                 "and raises (IndexError with no sampling, ValueError 'exceeds total_num_frames=0' with fps or "
-                "num_frames); LLaMA-Factory takes it for an endless stream and keeps the first video_maxlen "
-                "frames, every one of them",
+                "num_frames); LLaMA-Factory takes it for an endless stream and asks for its first video_maxlen "
+                "frames (a clip with fewer crashes there: --pipeline llamafactory says which rows)",
                 f"remux it to MP4 without re-encoding: ffmpeg -i {_quoted(info.reference)} -c copy "
                 f"{_quoted(_as_mp4(info.reference))}; or decode with torchcodec (pip install torchcodec)",
             )
