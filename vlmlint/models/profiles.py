@@ -187,7 +187,10 @@ def build_qwen_bpe(bpe_file: Path, target: Path) -> None:
     from tokenizers import normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tokenizer = TikTokenConverter(vocab_file=str(bpe_file), pattern=QWEN_PATTERN).converted()
+    # extra_special_tokens: None breaks converted() up to 5.23 (it iterates them); none are added here.
+    tokenizer = TikTokenConverter(
+        vocab_file=str(bpe_file), pattern=QWEN_PATTERN, extra_special_tokens=[]
+    ).converted()
     tokenizer.normalizer = normalizers.NFC()
     _atomic_write(target, tokenizer.to_str().encode("utf-8"))
 
