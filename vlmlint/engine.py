@@ -256,9 +256,9 @@ class Scanner:
         self._source_ignores: dict[str, tuple[str, ...]] = {}  # source -> per-source-ignores codes
         # What is left of KEEP_EMBEDDED_BYTES; None: keep everything (a worker: its parent decides).
         self.embedded_budget: int | None = KEEP_EMBEDDED_BYTES
-        resize = self.pipeline.resize
+        count_image = self.pipeline.count_image  # the trainer's pre-resize, then the family's formula
         self._count = lru_cache(maxsize=_IMAGE_CACHE_SIZE)(
-            lambda h, w, n: self.family.count(*resize(h, w), settings, images_in_row=n)
+            lambda h, w, n: count_image(self.family, h, w, settings, n)
         )
         # A trainer that opens images without their EXIF orientation sees them at the stored size.
         self._stored_size = not self.pipeline.exif_transpose
@@ -403,7 +403,9 @@ class Scanner:
                 headers, decoded = self._decoded(sample, headers)
                 if decoded is None:
                     return headers, None
-                counts = self.family.count_exact(self.model.image_processor, decoded, self.model.settings)
+                counts = self.pipeline.count_exact(
+                    self.family, self.model.image_processor, decoded, self.model.settings
+                )
             else:
                 counts = [
                     self._count(*self._loader_size(ref, info), len(headers))
@@ -516,6 +518,7 @@ class Scanner:
     def _prepare(self, sample: Sample) -> _Prepared:
         if sample.problems or sample.pretokenized is not None:
             return _Prepared(sample, (), 0)  # nothing to count: unusable, or the processor already ran
+        sample = self.pipeline.prepare(sample)  # the trainer's own edits (InternVL's implicit <image>)
         too_many = sample_beyond_bounds(sample)  # readers refuse such rows; a Sample built elsewhere too
         if too_many:
             problem = RowProblem("VLM101", too_many)

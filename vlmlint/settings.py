@@ -168,7 +168,7 @@ class ScanConfig:
         "hf",
         "pipeline",
         help="Predict what this trainer does to each row: hf (the raw processor, default), "
-        "llamafactory, swift, trl.",
+        "internvl, llamafactory, swift, trl.",
     )
     pipeline_options: Mapping[str, Any] = setting(
         MappingProxyType({}),

@@ -1,4 +1,4 @@
-"""Trainer pipeline presets, one explicit registry: `--pipeline hf|llamafactory|swift|trl`.
+"""Trainer pipeline presets, one explicit registry: `--pipeline hf|internvl|llamafactory|swift|trl`.
 
 Modules are imported only when their preset is asked for (vlmlint/pipelines/base.py explains presets).
 """
@@ -15,6 +15,7 @@ from vlmlint.records import TrainerFate
 # name -> "module:Class"
 PIPELINES: dict[str, str] = {
     "hf": "vlmlint.pipelines.base:Pipeline",
+    "internvl": "vlmlint.pipelines.internvl:InternVLPipeline",
     "llamafactory": "vlmlint.pipelines.llamafactory:LlamaFactoryPipeline",
     "swift": "vlmlint.pipelines.swift:SwiftPipeline",
     "trl": "vlmlint.pipelines.trl:TrlPipeline",

@@ -27,6 +27,12 @@ A preset is one class with:
   that samples frames itself (LLaMA-Factory decodes them with PyAV and pre-resizes them) passes the
   family the frames it keeps and the settings its processor call runs with (do_sample_frames off), so
   that the family's formula still does the counting. CountError: the trainer or processor refuses it;
+- `prepare(sample)`: the row as the trainer reads it, before anything is counted (identity by default;
+  InternVL's finetune script writes `<image>\n` before a one-image row's first turn when it has none);
+- `count_image(family, height, width, settings, images_in_row)`: one image's ImageCount as the
+  trainer's model gets it (by default the family's formula on the `resize`d size; InternVL's script
+  splits its tile budget across a row's images); `count_exact(family, image_processor, images,
+  settings)` the same on decoded images (--exact, --verify; by default the real image processor);
 - `fate(result, row, encoder)`: the prediction for one counted row (None: nothing to say).
   `row` (vlmlint.counting.CountedRow) holds the sample and each image's ImageCount; `encoder`
   (vlmlint.counting.TextEncoder) gives the model (tokenizer, family, settings), `render(messages)`,
@@ -47,8 +53,8 @@ from vlmlint.records import TrainerFate
 if TYPE_CHECKING:
     from vlmlint.counting import CountedRow, TextEncoder
     from vlmlint.models import Model
-    from vlmlint.models.base import Family, VideoCount
-    from vlmlint.records import RowResult, VideoMeta
+    from vlmlint.models.base import Family, ImageCount, VideoCount
+    from vlmlint.records import RowResult, Sample, VideoMeta
 
 
 class PipelineError(ValueError):
@@ -92,6 +98,22 @@ class Pipeline:
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""
         return height, width
+
+    def prepare(self, sample: Sample) -> Sample:
+        """The row as the trainer reads it (its own edits to the conversation); unchanged here."""
+        return sample
+
+    def count_image(
+        self, family: Family, height: int, width: int, settings: Any, images_in_row: int
+    ) -> ImageCount:
+        """One image's count as the trainer's model gets it: the family's formula on the pre-resized size."""
+        return family.count(*self.resize(height, width), settings, images_in_row=images_in_row)
+
+    def count_exact(
+        self, family: Family, image_processor: Any, images: list[Any], settings: Any
+    ) -> list[ImageCount]:
+        """The row's decoded (pre-resized) images counted by the model's real image processor."""
+        return family.count_exact(image_processor, images, settings)
 
     def fate(self, result: RowResult, row: CountedRow, encoder: TextEncoder) -> TrainerFate | None:
         """The trainer's fate for a counted row; None when this preset predicts nothing (hf)."""
