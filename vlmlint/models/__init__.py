@@ -514,9 +514,9 @@ def _load_image_processor(
 
         if not is_torchvision_available():
             return dict(image_config)
-    from transformers import AutoImageProcessor
+    from vlmlint.models.compat import load_image_processor
 
-    return AutoImageProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+    return load_image_processor(name, image_config, trust_remote_code)  # AutoImageProcessor, on every 5.x
 
 
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
