@@ -59,8 +59,9 @@ def settings_from(
     image_processor: Any, processor_config: dict[str, Any], model_config: dict[str, Any]
 ) -> QwenSettings:
     size = image_processor.size  # transformers folds legacy min_pixels/max_pixels keys into size
-    min_pixels = getattr(size, "shortest_edge", None)
-    max_pixels = getattr(size, "longest_edge", None)
+    # A SizeDict in the backend classes (5.8.0 on), a plain dict in the slow class of 5.0 and 5.2
+    min_pixels = size.get("shortest_edge") if isinstance(size, dict) else getattr(size, "shortest_edge", None)
+    max_pixels = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
     if not min_pixels or not max_pixels:
         raise CountError(f"size must hold shortest_edge and longest_edge (pixel counts), got {size}")
     del model_config  # Qwen-VL's image settings all live in the image processor
