@@ -328,4 +328,5 @@ FAMILY = Family.define(
     ),
     marker_tokens=("<IMG_CONTEXT>", "<img>"),
     video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt=VIDEO_PLACEHOLDER + "\n",
+    trainer_templates={"internvl": ("internvl_chat_finetune",)},  # --pipeline internvl reproduces it
 )  # fmt: skip

@@ -67,8 +67,9 @@ DEFAULTS: dict[str, Any] = {
     "dynamic_image_size": True,  # default False
     "use_thumbnail": True,  # default False
 }
-# The families whose image tokens are InternVL's <img> <IMG_CONTEXT> </img> (the -hf and chat checkpoints).
-FAMILIES = ("internvl",)
+# What a family declares (Family.trainer_templates) when its tokens are InternVL's <img> <IMG_CONTEXT>
+# </img> as the fine-tune script writes them (the -hf and chat checkpoints).
+SCRIPT = "internvl_chat_finetune"
 
 
 def target_ratios(min_num: int, max_num: int) -> list[tuple[int, int]]:
@@ -162,7 +163,7 @@ class InternVLPipeline(Pipeline):
         self._ignore_len = 0
 
     def bind(self, model: Model) -> None:
-        if model.family.name not in FAMILIES:
+        if SCRIPT not in model.family.trainer_templates.get(self.name, ()):
             raise PipelineError(
                 f"--pipeline internvl: InternVL's fine-tuning script trains InternVL checkpoints; "
                 f"{model.name} is {model.family.title} (use --model internvl3.5 or internvl3.5-chat)"
