@@ -40,22 +40,50 @@ processor class (`SwiftTemplate`), each recorded against swift's own Template.en
   `_truncate` raises IndexError: a left/right cut of a GLM-4.6V row with images is skipped (--strict: raised).
 
 The other templates of issue 19's families are refused by name (NOT_REPRODUCED, with what differs).
+
+Videos (`video_sampling` "swift (qwen-vl-utils)", the Qwen-VL templates qwen2_vl, qwen2_5_vl and qwen3_vl
+only; other models' rows with videos are not counted, VLM109), templates/qwen.py `Qwen2VLTemplate.replace_tag`
+/ `Qwen3VLTemplate`: each video goes through qwen-vl-utils 0.0.14's `fetch_video` (vision_process.py),
+with `image_patch_size` 14 (Qwen2VLTemplate: fetch_video's default) or the image processor's patch_size
+(Qwen3VLTemplate), and the frames it returns go to the video processor with `do_resize=False` (Qwen3-VL
+also `do_sample_frames=False` and the reader's `video_metadata`). fetch_video, with the torchcodec reader
+(`_read_video_torchcodec`: the reader qwen-vl-utils picks when torchcodec is installed; its frame count and
+average_fps are torchcodec's exact-mode ones, frames turned upright): `smart_nframes` (FPS x the clip's
+seconds, within FPS_MIN_FRAMES and FPS_MAX_FRAMES, floored to FRAME_FACTOR; ValueError below 2 frames, and
+the fallback reader, torchvision's read_video, no longer exists in torchvision 0.25+), frames at
+`torch.linspace(0, total - 1, nframes).round()`, then one `smart_resize` of the frame size with factor
+patch x SPATIAL_MERGE_SIZE, min_pixels VIDEO_MIN_TOKEN_NUM x factor^2 and max_pixels min(VIDEO_MAX_TOKEN_NUM
+x factor^2, MODEL_SEQ_LEN x factor^2 x 0.9 / nframes x FRAME_FACTOR), at least min_pixels x 1.05. The
+module's constants are what swift/model/models/qwen.py sets from the environment: `patch_qwen_vl_utils`
+(FPS, FPS_MIN_FRAMES, FPS_MAX_FRAMES, FRAME_FACTOR, VIDEO_MIN_TOKEN_NUM, VIDEO_MAX_TOKEN_NUM,
+SPATIAL_MERGE_SIZE; VIDEO_MAX_PIXELS, VIDEO_MIN_PIXELS and VIDEO_TOTAL_PIXELS are no constants of 0.0.14, so
+that only `compat_qwen_vl_utils`'s conversion of VIDEO_MAX_PIXELS / VIDEO_MIN_PIXELS into token numbers,
+pixels // (14 or 16 x SPATIAL_MERGE_SIZE)^2, reaches it, and VIDEO_TOTAL_PIXELS has no effect) and
+MODEL_SEQ_LEN, which qwen-vl-utils reads itself: vlmlint takes them as pipeline options under the same names
+(`--pipeline-option FPS=1 VIDEO_MAX_PIXELS=200704`). The template writes <|vision_start|><|video_pad|>
+<|vision_end|> as the chat template does; Qwen3VLProcessor expands it with the timestamps of the reader's
+frames_indices / fps. tests/test_pipeline_swift_video.py checks this against qwen-vl-utils' and swift's own
+code (fixtures/qwen_vl_utils_video_record.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vlmlint.models.base import CountError
 from vlmlint.pipelines.base import Pipeline, PipelineError
 from vlmlint.pipelines.layout import Layout, Rounds, row_layout
 from vlmlint.records import Role, TrainerFate
 
 if TYPE_CHECKING:
     from vlmlint.counting import CountedRow, TextEncoder
-    from vlmlint.records import RowResult
+    from vlmlint.models.base import Family, VideoCount
+    from vlmlint.records import RowResult, VideoMeta
 
 SWIFT_VERSION = "ms-swift 4.6.0"
 _STRATEGIES = ("delete", "left", "right", "raise")
@@ -198,6 +226,137 @@ NOT_REPRODUCED: dict[str, tuple[str, str, str]] = {
 }
 
 
+QWEN_VL_UTILS = "qwen-vl-utils 0.0.14"
+# swift's Qwen-VL templates by processor class: the template and the patch size its model loader converts
+# VIDEO_MAX_PIXELS with (compat_qwen_vl_utils: Qwen2VLLoader 14, Qwen3VLLoader 16).
+VIDEO_TEMPLATES: dict[str, tuple[str, int]] = {
+    "Qwen2VLProcessor": ("qwen2_vl", 14),
+    "Qwen2_5_VLProcessor": ("qwen2_5_vl", 14),
+    "Qwen3VLProcessor": ("qwen3_vl", 16),
+}
+# vision_process.py's module constants (0.0.14) that swift's patch_qwen_vl_utils sets from the environment,
+# with qwen-vl-utils' defaults; MODEL_SEQ_LEN is read by qwen-vl-utils itself at import.
+VIDEO_DEFAULTS: dict[str, float] = {
+    "FPS": 2.0,
+    "FPS_MIN_FRAMES": 4,
+    "FPS_MAX_FRAMES": 768,
+    "FRAME_FACTOR": 2,
+    "VIDEO_MIN_TOKEN_NUM": 128,
+    "VIDEO_MAX_TOKEN_NUM": 768,
+    "SPATIAL_MERGE_SIZE": 2,
+    "MODEL_SEQ_LEN": 128000,
+}
+# compat_qwen_vl_utils: VIDEO_MAX_PIXELS / VIDEO_MIN_PIXELS become token numbers unless those are set;
+# VIDEO_TOTAL_PIXELS is accepted as swift accepts it, and has no effect on 0.0.14 (no such constant).
+VIDEO_PIXEL_OPTIONS = {"VIDEO_MAX_PIXELS": "VIDEO_MAX_TOKEN_NUM", "VIDEO_MIN_PIXELS": "VIDEO_MIN_TOKEN_NUM"}
+VIDEO_READERS = ("torchcodec",)  # FORCE_QWENVL_VIDEO_READER values reproduced
+
+
+@dataclass(frozen=True)
+class QvuVideo:
+    """What qwen-vl-utils' fetch_video hands swift's template for one clip: `frames` sampled (nframes),
+    at `indices` of the reader's `total` frames read at `fps`, resized to (`height`, `width`)."""
+
+    frames: int
+    height: int
+    width: int
+    indices: tuple[int, ...]
+    total: int
+    fps: float
+    wanted: float  # FPS x the clip's seconds: what smart_nframes asks for before its bounds
+    max_frames: int
+
+
+def torch_linspace_round(start: float, end: float, steps: int) -> list[int]:
+    """torch.linspace(start, end, steps).round().long() on CPU: float32 values, the first half counted
+    from start and the second from end (aten's linspace kernel), rounded half to even."""
+    import numpy as np
+
+    if steps == 1:
+        return [int(np.float32(start))]
+    f32 = np.float32
+    step = f32((f32(end) - f32(start)) / f32(steps - 1))
+    values = [
+        f32(start) + step * f32(i) if i < steps // 2 else f32(end) - step * f32(steps - i - 1)
+        for i in range(steps)
+    ]
+    return [int(np.round(value)) for value in values]
+
+
+def _qvu_smart_resize(
+    height: int, width: int, factor: int, min_pixels: float, max_pixels: float
+) -> tuple[int, int]:
+    """vision_process.smart_resize (fetch_video's call): the same as fetch_image's."""
+    from vlmlint.models.qwen_vl import fetch_image_size
+
+    sizing = SimpleNamespace(
+        resized_height=None, resized_width=None, min_pixels=min_pixels, max_pixels=max_pixels
+    )
+    return fetch_image_size(height, width, sizing, factor)
+
+
+def qvu_fetch_video(meta: VideoMeta, constants: Mapping[str, float], patch_size: int) -> QvuVideo:
+    """fetch_video({"video": path}, image_patch_size=patch_size) with the torchcodec reader, on header facts.
+
+    CountError where qwen-vl-utils raises (smart_nframes' ValueError, which fetch_video answers by trying
+    torchvision's read_video: an AttributeError on torchvision 0.25+)."""
+    if meta.frames_from == "frame list":
+        raise CountError("a frame list: swift's qwen-vl-utils path for image lists is not reproduced")
+    clip = meta.as_torchcodec()
+    total, fps = clip.frames, clip.fps
+    if not total or not fps:
+        raise CountError("torchcodec gives no frame count or fps for this clip: qwen-vl-utils raises")
+    factor_frames = int(constants["FRAME_FACTOR"])
+
+    def floor_by(number: float, factor: int) -> int:
+        return math.floor(number / factor) * factor
+
+    # smart_nframes, the fps branch (swift passes no nframes)
+    min_frames = math.ceil(constants["FPS_MIN_FRAMES"] / factor_frames) * factor_frames
+    max_frames = floor_by(min(constants["FPS_MAX_FRAMES"], total), factor_frames)
+    wanted = total / fps * constants["FPS"]
+    nframes = floor_by(min(min(max(wanted, min_frames), max_frames), total), factor_frames)
+    if not (factor_frames <= nframes <= total):
+        raise CountError(
+            f"qwen-vl-utils' smart_nframes: nframes should in interval [{factor_frames}, {total}], but got "
+            f"{nframes} (ValueError; its fallback reader, torchvision's read_video, is gone from torchvision "
+            "0.25+: AttributeError)"
+        )
+    indices = torch_linspace_round(0, total - 1, nframes)
+    factor = patch_size * int(constants["SPATIAL_MERGE_SIZE"])
+    min_pixels = constants["VIDEO_MIN_TOKEN_NUM"] * factor * factor
+    total_pixels = constants["MODEL_SEQ_LEN"] * factor * factor * 0.9
+    max_pixels = max(
+        min(constants["VIDEO_MAX_TOKEN_NUM"] * factor * factor, total_pixels / nframes * factor_frames),
+        int(min_pixels * 1.05),
+    )
+    try:
+        height, width = _qvu_smart_resize(clip.height, clip.width, factor, min_pixels, max_pixels)
+    except CountError as exc:
+        raise CountError(f"fetch_video: {exc}") from None
+    return QvuVideo(nframes, height, width, tuple(indices), total, fps, wanted, max_frames)
+
+
+def _video_constants(options: Mapping[str, Any]) -> dict[str, float]:
+    """vision_process's constants as swift sets them from these environment variables (options)."""
+    constants = dict(VIDEO_DEFAULTS)
+    for key in VIDEO_DEFAULTS:
+        if key not in options:
+            continue
+        value = options[key]
+        if key == "FPS" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        kind = float if key == "FPS" else int
+        if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+            raise PipelineError(f"--pipeline swift: {key} must be a positive {kind.__name__}, got {value!r}")
+        constants[key] = value
+    for key in (*VIDEO_PIXEL_OPTIONS, "VIDEO_TOTAL_PIXELS"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise PipelineError(f"--pipeline swift: {key} must be a positive integer, got {value!r}")
+    return constants
+
+
 def _positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if allow_none and (value is None or (isinstance(value, str) and value.lower() == "none")):
         return None
@@ -223,6 +382,10 @@ class SwiftPipeline(Pipeline):
         "strict",
         "loss_scale",
         "max_pixels",
+        *VIDEO_DEFAULTS,
+        *VIDEO_PIXEL_OPTIONS,
+        "VIDEO_TOTAL_PIXELS",
+        "FORCE_QWENVL_VIDEO_READER",
     )
     exif_transpose: ClassVar[bool] = False  # swift's load_image: Image.open, no EXIF orientation
 
@@ -250,9 +413,34 @@ class SwiftPipeline(Pipeline):
             )
         self.rounds = _LOSS_SCALES[loss_scale]
         self.max_pixels = _positive_int("max_pixels", options.get("max_pixels"), allow_none=True)
+        self.video_constants = _video_constants(options)
+        reader = str(options.get("FORCE_QWENVL_VIDEO_READER", "torchcodec"))
+        if reader not in VIDEO_READERS:
+            raise PipelineError(
+                f"--pipeline swift: FORCE_QWENVL_VIDEO_READER={reader} is not reproduced (only torchcodec, "
+                "the reader qwen-vl-utils picks when torchcodec is installed; torchvision's read_video is gone "
+                "from torchvision 0.25+)"
+            )
+        self.video_template: tuple[str, int] | None = None
+        self.video_patch_size = 14
+
+    @property
+    def video_sampling(self) -> str | None:
+        """ "swift (qwen-vl-utils)" for swift's Qwen-VL templates (fetch_video), else None (VLM109)."""
+        return "swift (qwen-vl-utils)" if self.video_template is not None else None
 
     def bind(self, model: Any) -> None:
         processor = model.processor_class or ""
+        self.video_template = VIDEO_TEMPLATES.get(processor)
+        if self.video_template is not None:
+            name, loader_patch = self.video_template
+            # Qwen3VLTemplate passes the image processor's patch_size; Qwen2VLTemplate fetch_video's default
+            self.video_patch_size = getattr(model.settings, "patch_size", 16) if name == "qwen3_vl" else 14
+            constants = self.video_constants
+            factor = loader_patch * int(constants["SPATIAL_MERGE_SIZE"])
+            for source, target in VIDEO_PIXEL_OPTIONS.items():
+                if source in self.options and target not in self.options:  # compat_qwen_vl_utils
+                    constants[target] = self.options[source] // factor**2
         self.template = REPRODUCED.get(processor)
         found = NOT_REPRODUCED.get(processor)
         if self.template is not None and processor in _MODEL_TYPES:
@@ -270,6 +458,51 @@ class SwiftPipeline(Pipeline):
                 f"{template} (swift/template/templates/{source}), which vlmlint does not reproduce: {why}; "
                 "scan without --pipeline for the processor's own counts"
             )
+
+    def count_video(self, family: Family, meta: VideoMeta, settings: Any) -> VideoCount:
+        """The clip as swift's Qwen-VL template hands it to the video processor: qwen-vl-utils' frames
+        (qvu_fetch_video) at their resized size, the processor run with do_resize=False (Qwen3-VL also
+        do_sample_frames=False, and timestamps from the reader's frames_indices and fps)."""
+        assert family.count_video is not None and self.video_template is not None
+        name = self.video_template[0]
+        video = qvu_fetch_video(meta, self.video_constants, self.video_patch_size)
+        qwen3 = name == "qwen3_vl"
+        if not qwen3 and getattr(settings, "do_sample_frames", False):
+            raise CountError(
+                "the video processor's do_sample_frames is on: it would sample qwen-vl-utils' frames again "
+                "(not reproduced)"
+            )
+        frames = dataclasses.replace(
+            meta,
+            frames=video.frames,
+            width=video.width,
+            height=video.height,
+            rotation=0,
+            fps=video.fps,
+            content_fps=None,
+        )
+        changes: dict[str, Any] = {"do_resize": False}
+        if qwen3:
+            changes["do_sample_frames"] = False
+        count = family.count_video(frames, dataclasses.replace(settings, **changes))
+        timestamps = count.timestamps
+        if qwen3:
+            from vlmlint.pipelines.llamafactory import calculate_timestamps
+
+            timestamps = tuple(calculate_timestamps(video.indices, video.fps, settings.temporal_patch_size))
+        c = self.video_constants
+        mode = (
+            f"{SWIFT_VERSION} {name}, {QWEN_VL_UTILS} (torchcodec, FPS {c['FPS']:g}, FPS_MAX_FRAMES "
+            f"{int(c['FPS_MAX_FRAMES'])}, VIDEO_MAX_TOKEN_NUM {int(c['VIDEO_MAX_TOKEN_NUM'])}): {video.frames} "
+            f"of {video.total} frames at {video.width}x{video.height}"
+        )
+        capped = None
+        if video.wanted > video.max_frames and video.frames == video.max_frames < video.total:
+            capped = (
+                f"FPS {c['FPS']:g} over {video.total / video.fps:.1f} s asks for {video.wanted:.0f} frames; "
+                f"FPS_MAX_FRAMES {int(c['FPS_MAX_FRAMES'])} keeps {video.frames}"
+            )
+        return dataclasses.replace(count, mode=mode, timestamps=timestamps, capped=capped)
 
     def _extra(self, row: CountedRow, encoder: TextEncoder) -> tuple[list[int], int]:
         """The tokens swift's template writes before each assistant turn's answer (in order), and after the
