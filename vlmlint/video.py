@@ -162,23 +162,24 @@ def _scan_packets(container, stream) -> tuple[int, float | None]:
     import av
 
     count = 0
-    first = end = None
+    first = end = None  # in the stream's time base (whole numbers: seconds only once, at the end)
     base = stream.time_base
     try:
         for packet in container.demux(stream):
             if not packet.size:
                 continue
             count += 1
-            if packet.pts is None or base is None:
+            pts = packet.pts
+            if pts is None:
                 continue
-            start = float(packet.pts * base)
-            stop = float((packet.pts + (packet.duration or 0)) * base)
-            first = start if first is None or start < first else first
+            stop = pts + (packet.duration or 0)
+            first = pts if first is None or pts < first else first
             end = stop if end is None or stop > end else end
     except av.FFmpegError as exc:
         raise VideoProbeError(f"the video stream cannot be read to its end ({_reason(exc)})") from None
-    span = end - first if first is not None and end is not None and end > first else None
-    return count, span
+    if first is None or end is None or base is None or end <= first:
+        return count, None
+    return count, float(end * base) - float(first * base)  # as torchcodec: each end in seconds, then the span
 
 
 # -- the display matrix, from the container header -------------------------------------------------------------
