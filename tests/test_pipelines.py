@@ -15,7 +15,7 @@ MODEL = str(PROCESSORS / "qwen2-vl")
 
 
 def test_registry_names_every_preset():
-    assert list(PIPELINES) == ["hf", "internvl", "llamafactory", "swift", "trl"]
+    assert list(PIPELINES) == ["hf", "internvl", "llamafactory", "qwen-vl-finetune", "swift", "trl"]
     assert type(load_pipeline("hf")) is Pipeline
 
 

@@ -582,6 +582,7 @@ FAMILY = Family.define(
     raw_image_prompt="<|vision_start|><|image_pad|><|vision_end|>", marker_tokens=("<|vision_start|>",),
     video_placeholder=VIDEO_PLACEHOLDER, raw_video_prompt="<|vision_start|><|video_pad|><|vision_end|>",
     data_tokens=GROUNDING_TOKENS,
-    trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink", "qwen3_vl")},
+    # --pipeline qwen-vl-finetune reproduces Qwen's own fine-tune scripts for these checkpoints
+    trainer_templates={"llamafactory": ("qwen2_vl", "qwen3_vl_nothink", "qwen3_vl"), "qwen-vl-finetune": ("qwen_vl_finetune",)},
     choose_trainer_template=trainer_template,
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Trainer pipeline presets, one explicit registry: `--pipeline hf|internvl|llamafactory|swift|trl`.
+"""Trainer pipeline presets, one explicit registry: `--pipeline hf|internvl|llamafactory|qwen-vl-finetune|swift|trl`.
 
 Modules are imported only when their preset is asked for (vlmlint/pipelines/base.py explains presets).
 """
@@ -17,6 +17,7 @@ PIPELINES: dict[str, str] = {
     "hf": "vlmlint.pipelines.base:Pipeline",
     "internvl": "vlmlint.pipelines.internvl:InternVLPipeline",
     "llamafactory": "vlmlint.pipelines.llamafactory:LlamaFactoryPipeline",
+    "qwen-vl-finetune": "vlmlint.pipelines.qwen_vl_finetune:QwenVLFinetunePipeline",
     "swift": "vlmlint.pipelines.swift:SwiftPipeline",
     "trl": "vlmlint.pipelines.trl:TrlPipeline",
 }
