@@ -2,8 +2,10 @@
 
     findings = vlmlint.check_batch(rows, {"model": "qwen2-vl", "image_root": "/data"})
 
-`rows` are raw rows in any layout the readers know (llava, sharegpt, openai, alpaca, captions,
-pretokenized; images as paths, URLs, data URIs or Hugging Face {"bytes", "path"} structs), given as a
+`rows` are raw rows in any layout the readers know (vlmlint.readers.layouts.LAYOUTS: llava, sharegpt,
+openai, alpaca, captions, pretokenized, prompt-completion, cauldron, query-response, pairs,
+data-juicer; images as paths, URLs, data URIs or Hugging Face {"bytes", "path"} structs), or rows
+of other field names read through a `columns` map as a file is (readers/columns.py), given as a
 list of dicts, a dict of columns (what `datasets.map(batched=True)` passes), a pandas DataFrame (what
 Spark's `mapInPandas` passes) or a pyarrow Table. Every call is checked exactly as `vlmlint scan`
 checks a file holding the same rows, with two differences that follow from a batch having no file:
@@ -11,7 +13,8 @@ checks a file holding the same rows, with two differences that follow from a bat
 - findings name `source` ("<batch>" unless given) and each row's `index` (its position in the call,
   or the `indices` given, e.g. those of `datasets.map(with_indices=True)`); `line` is None;
 - rules that compare rows (VLM107 duplicate ids) see one call's rows only; the layout, when not set,
-  is detected from the call's first row (a file's is detected from the file's first row).
+  is detected from the call's first row (a file's is detected from the file's first row), and a
+  `columns` map that names no field of that row raises the DatasetError a scan stops with.
 
 Relative image paths resolve against `image_root`, else the working folder, which is also the folder
 images must stay inside unless `allow_outside_root` is set: on a cluster, give absolute paths and
@@ -134,23 +137,23 @@ def as_rows(rows: Any) -> list[Any]:
 
 
 def _samples(rows: list[Any], config: ScanConfig, source: str, indices: Sequence[int] | None):
-    from vlmlint.readers.layouts import ImageResolver, detect_layout, row_to_sample
+    from vlmlint.readers import ReadOptions, check_options
+    from vlmlint.readers.rowsource import RowSource
 
     if indices is not None and len(indices) != len(rows):
         raise ValueError(f"{len(indices)} indices for {len(rows)} rows")
-    resolve = ImageResolver(os.getcwd(), config.image_root)
+    options = ReadOptions.from_config(config)
+    check_options(options)
+    # A resolver of its own, from the working folder; rows converted by the column map, if any.
+    origin = RowSource(source, os.getcwd(), config.image_root, convert=options.columns, own_resolver=True)
     layout = config.layout
+    first = True
     for position, row in enumerate(rows):
         if layout is None and isinstance(row, Mapping):
-            layout = detect_layout(row)  # as a file: from the first row that fits a layout
-        yield row_to_sample(
-            row,
-            layout=layout,
-            resolve=resolve,
-            source=source,
-            index=position if indices is None else int(indices[position]),
-            from_first_row=config.layout is None,
-        )
+            # as a file: from the first row that fits a layout
+            layout, first = origin.layout_of(row, first), False
+        index = position if indices is None else int(indices[position])
+        yield origin.sample(row, index, layout, from_first_row=config.layout is None)
 
 
 def check_rows(

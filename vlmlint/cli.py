@@ -200,7 +200,16 @@ def setting_options(placed: dict[str, tuple[str, ...]], help: Callable[[Setting]
 
 
 # The setting options of scan and stats: the model and dataset's, how rows are rendered, safety switches.
-_MODEL_OPTIONS = ("model", "processor_option", "layout", "image_root", "split", "streaming", "max_length")
+_MODEL_OPTIONS = (
+    "model",
+    "processor_option",
+    "layout",
+    "columns",
+    "image_root",
+    "split",
+    "streaming",
+    "max_length",
+)
 _SAFETY_OPTIONS = ("trust_remote_code", "allow_remote", "allow_outside_root")
 _RENDER_OPTIONS = ("exact", "chat_template", "add_generation_prompt", *_SAFETY_OPTIONS)
 
@@ -787,6 +796,7 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code such as VLM3
             "ignore",
             "fail_on",
             "threshold",
+            "columns",
             "image_root",
             "jobs",
             *_SAFETY_OPTIONS,

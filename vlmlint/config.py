@@ -299,8 +299,19 @@ _CHECKS = {
     "per_source_ignores": lambda setting, value: _per_source_ignores(value),
     "pipeline_options": lambda setting, value: _pipeline_options(value),
     "processor_options": lambda setting, value: _processor_options(value),
+    "columns": lambda setting, value: _columns(value),
     "thresholds": _thresholds,
 }
+
+
+def _columns(value: Any) -> Mapping[str, str]:
+    """A column map (KEY=FIELD,... or a table): LLaMA-Factory's column and tag keys, checked here."""
+    from vlmlint.readers.columns import ColumnsError, check_columns
+
+    try:
+        return MappingProxyType(check_columns(value))
+    except ColumnsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _pipeline_options(value: Any) -> Mapping[str, Any]:
@@ -421,7 +432,7 @@ def build_config(
             thresholds.update(check_setting("thresholds", source))
     merged.pop("thresholds", None)
     merged = {name: check_setting(name, value) for name, value in merged.items()}
-    for key in ("per_source_ignores", "pipeline_options", "processor_options"):
+    for key in ("per_source_ignores", "pipeline_options", "processor_options", "columns"):
         if merged.get(key) is None:
             merged.pop(key, None)
     if not merged.get("model"):

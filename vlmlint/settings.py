@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any
 
+from vlmlint.readers.layouts import LAYOUTS
 from vlmlint.records import Severity
 
 MAX_LENGTH_LIMIT = 1 << 24  # the largest --max-length / max-length (16M tokens)
@@ -104,8 +105,13 @@ class ScanConfig:
         help="Processor folder, built-in profile ('vlmlint models') or Hugging Face hub id "
         "(default: the qwen2-vl profile).",
     )
-    layout: str | None = setting(
-        None, "layout", help="Force a row layout: llava, sharegpt, openai, alpaca, captions, pretokenized."
+    layout: str | None = setting(None, "layout", help=f"Force a row layout: {', '.join(LAYOUTS)}.")
+    # LLaMA-Factory column or tag -> the row's field (readers/columns.py); a flag replaces the file's map
+    columns: Mapping[str, str] = setting(
+        MappingProxyType({}),
+        "columns",
+        help="Read rows whose fields have other names: KEY=FIELD,... with LLaMA-Factory's columns and "
+        "tags, e.g. messages=conv,images=imgs,role=speaker,content=text,user=human,assistant=bot.",
     )
     image_root: str | None = setting(
         None, "text", help="Folder that relative image paths are resolved against."

@@ -46,9 +46,22 @@ READERS: tuple[Reader, ...] = (
 
 
 def check_options(options: ReadOptions) -> None:
-    """DatasetError for settings no reader accepts (an unknown layout)."""
+    """DatasetError for settings no reader accepts (an unknown layout, --columns with what it cannot meet)."""
     if options.layout is not None and options.layout not in LAYOUTS:
         raise DatasetError(f"unknown layout {options.layout!r}; choose one of {', '.join(LAYOUTS)}")
+    columns = options.columns
+    if columns is None:
+        return
+    if options.dataset_name is not None:
+        raise DatasetError(
+            "--columns and --dataset: a dataset_info.json entry's own columns and tags map its fields; "
+            "set them there, or scan the data file with --columns"
+        )
+    if columns.mode != "rename" and options.layout not in (None, "sharegpt", "openai"):
+        raise DatasetError(
+            f"--columns {columns.describe()} converts rows to the sharegpt layout (LLaMA-Factory's "
+            f"{columns.mode} converter): --layout {options.layout} does not apply"
+        )
 
 
 def reader_for(target: str, options: ReadOptions) -> Reader | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from vlmlint.readers.batches import RowBatch
+    from vlmlint.readers.columns import ColumnMap
     from vlmlint.records import Sample
 
 
@@ -25,6 +26,8 @@ class ReadOptions:
     `dataset_name` (--dataset): the target is a LLaMA-Factory data folder and the named entries of
     its dataset_info.json are read. `rel`: a path -> its name in reports. `batch_rows` > 0: JSONL
     lines, JSON array elements and Arrow record batches come as RowBatch units (readers/batches.py).
+    `columns` (--columns): the column map every row of a manifest or table is read through
+    (readers/columns.py).
     """
 
     layout: str | None = None
@@ -35,6 +38,7 @@ class ReadOptions:
     rel: Callable[[str], str] = display_path
     dataset_name: str | None = None
     batch_rows: int = 0
+    columns: ColumnMap | None = None
 
     @classmethod
     def from_config(cls, config: Any, **overrides: Any) -> ReadOptions:
@@ -49,6 +53,10 @@ class ReadOptions:
             "batch_rows",
         )
         given = {name: getattr(config, name) for name in names if hasattr(config, name)}
+        if getattr(config, "columns", None):  # the config's table -> plain data that pickles
+            from vlmlint.readers.columns import ColumnMap
+
+            given["columns"] = ColumnMap.of(config.columns)
         return cls(**{**given, **overrides})
 
 

@@ -11,7 +11,7 @@ import orjson
 
 from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
 from vlmlint.readers.base import ReadOptions
-from vlmlint.readers.files import SkippedFolder, is_regular_file, outside_target, walk
+from vlmlint.readers.files import DatasetError, SkippedFolder, is_regular_file, outside_target, walk
 from vlmlint.readers.layouts import ImageResolver, row_to_sample
 from vlmlint.readers.manifest import read_jsonl
 from vlmlint.readers.rowsource import RowSource
@@ -41,6 +41,7 @@ def read_imagefolder(folder: str, options: ReadOptions) -> Iterator[Sample]:
     Rows are captions unless `options.layout` says otherwise; image paths resolve against each
     metadata file's folder.
     """
+    _no_columns(folder, options, "an imagefolder's metadata rows are file_name and a caption")
     rel = options.rel
     skipped: list[SkippedFolder] = []
     for directory, subdirs, files in walk(folder, skipped):
@@ -61,6 +62,11 @@ def read_imagefolder(folder: str, options: ReadOptions) -> Iterator[Sample]:
         origin = RowSource.of_file(path, rel(path), image_root=options.image_root, layout=layout)
         yield from (read_jsonl if name == "metadata.jsonl" else _read_metadata_csv)(path, origin)
     yield from _skipped_samples(skipped, rel)
+
+
+def _no_columns(folder: str, options: ReadOptions, why: str) -> None:
+    if options.columns is not None:
+        raise DatasetError(f"{folder}: --columns maps the fields of manifests and tables; {why}")
 
 
 def _skipped_samples(skipped: list[SkippedFolder], rel) -> Iterator[Sample]:
@@ -162,6 +168,7 @@ def read_sidecar_folder(folder: str, options: ReadOptions) -> Iterator[Sample]:
 
     Each image is its own caption row, named by its path; `options.image_root` does not apply.
     """
+    _no_columns(folder, options, "a folder of images is read with their sidecar captions")
     rel, allow_outside_root = options.rel, options.allow_outside_root
     resolve = ImageResolver(folder, None)
     index = 0

@@ -16,9 +16,8 @@ from typing import Any
 from vlmlint.readers.base import ReadOptions
 from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError, is_regular_file, outside_target
-from vlmlint.readers.layouts import detect_layout
 from vlmlint.readers.manifest import read_config_json
-from vlmlint.readers.rowsource import RowSource
+from vlmlint.readers.rowsource import Convert, RowSource, travels
 from vlmlint.records import RowProblem, Sample
 
 BATCH_ROWS = 256
@@ -38,6 +37,7 @@ class TableBatch(RowBatch):
     layout: str | None
     first_index: int
     table: Any  # pyarrow.RecordBatch or pyarrow.Table: sent to a worker as Arrow buffers
+    convert: Convert | None = None  # one that travels (a ColumnMap)
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -53,7 +53,7 @@ class TableBatch(RowBatch):
         return head, replace(self, table=self.table.slice(count), first_index=self.first_index + count)
 
     def _parse(self, rows: list[Any], first: int) -> list[Sample]:
-        origin = RowSource(self.source, self.base_dir, self.image_root)  # no convert: it never travels
+        origin = RowSource(self.source, self.base_dir, self.image_root, convert=self.convert)
         return [_sample(origin, row, self.layout, first + k) for k, row in enumerate(rows)]
 
 
@@ -95,18 +95,21 @@ def _rows_to_units(
     """Arrow batches -> Samples, or TableBatch units once the layout is known (batch_rows > 0)."""
     index = 0
     chosen = origin.layout
+    first = True  # no object row seen yet (a column map checks the first: RowSource.layout_of)
     for batch in batches:
         if isinstance(batch, _Unreadable):  # a row the reader did not read (beyond a bound)
             yield _sample(origin, batch, chosen, index)
             index += 1
             continue
-        if batch_rows and origin.convert is None and chosen is not None:  # a convert stays here
-            yield TableBatch(origin.source, origin.base_dir, origin.image_root, chosen, index, batch)
+        if batch_rows and travels(origin.convert) and chosen is not None:  # a converter closure stays
+            yield TableBatch(
+                origin.source, origin.base_dir, origin.image_root, chosen, index, batch, origin.convert
+            )
             index += batch.num_rows
             continue
         for row in python_rows(batch):
             if chosen is None and isinstance(row, dict):
-                chosen = detect_layout(row)
+                chosen, first = origin.layout_of(row, first), False
             yield _sample(origin, row, chosen, index)
             index += 1
 
@@ -533,7 +536,7 @@ def read_saved_dataset(folder: str, options: ReadOptions) -> Iterator[Sample | T
         for path in paths:
             yield from _bounded(_ipc_batches(path), path, validate=True)
 
-    origin = RowSource(source, folder, options.image_root, options.layout)
+    origin = RowSource(source, folder, options.image_root, options.layout, options.columns)
     yield from _table_file(folder, "save_to_disk dataset", batches, origin, options.batch_rows)
 
 
@@ -677,7 +680,8 @@ def read_hub_dataset(name: str, options: ReadOptions) -> Iterator[Sample]:
     dataset, split = _pick_split(loaded, options.split)
     source = name + (f"[{split}]" if split else "")
     yield from _rows_to_units(
-        _arrow_batches(dataset), RowSource(source, os.getcwd(), options.image_root, options.layout)
+        _arrow_batches(dataset),
+        RowSource(source, os.getcwd(), options.image_root, options.layout, options.columns),
     )
 
 

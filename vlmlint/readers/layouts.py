@@ -65,6 +65,10 @@ class RowError(ValueError):
     """The row does not fit its layout; the message says which field and why."""
 
 
+class UnmappedRow(RowError):
+    """A row conversion's word that the row has none of the fields it reads (VLM102, not VLM101)."""
+
+
 def detect_layout(row: Mapping[str, Any]) -> str | None:
     """Name the layout a row is written in, or None when no known layout fits its fields."""
     if "input_ids" in row:
@@ -931,7 +935,8 @@ def row_to_sample(
     """Parse one decoded row; anything wrong with it becomes a RowProblem on the sample.
 
     `convert` maps an object row to the row to parse first (a LLaMA-Factory dataset_info.json's
-    columns and tags, readers/llamafactory.py); a RowError it raises is VLM101. Ids, fields and the
+    columns and tags, readers/llamafactory.py; a --columns map, readers/columns.py); a RowError it
+    raises is VLM101, an UnmappedRow VLM102. Ids, fields and the
     fingerprint stay those of the row as written.
 
     `layout` is forced, or (`from_first_row`) the one detected from the file's first object. A row
@@ -955,6 +960,8 @@ def row_to_sample(
     if convert is not None:
         try:
             row = convert(row)
+        except UnmappedRow as exc:  # a column map naming none of the row's fields (readers/columns.py)
+            return Sample(**base, problems=(RowProblem("VLM102", str(exc)),))
         except RowError as exc:
             return Sample(**base, layout=layout or "unknown", problems=(RowProblem("VLM101", str(exc)),))
     chosen = layout or detect_layout(row)

@@ -17,7 +17,7 @@ from vlmlint.fileio import FileTooLarge, NotRegularFile, read_regular
 from vlmlint.readers.batches import RowBatch
 from vlmlint.readers.files import DatasetError
 from vlmlint.readers.fingerprint import hash_bytes
-from vlmlint.readers.rowsource import FileLayout, RowSource
+from vlmlint.readers.rowsource import Convert, FileLayout, RowSource, travels
 from vlmlint.records import RowProblem, Sample
 
 # A JSONL line longer than this is reported (VLM101) and skipped unparsed: memory stays bounded by it
@@ -80,6 +80,7 @@ class LineBatch(RowBatch):
     layout: str | None
     from_first_row: bool
     rows: tuple[tuple[int, int, bytes], ...]  # (row index, line number, the line's bytes)
+    convert: Convert | None = None  # one that travels (a ColumnMap)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -95,7 +96,7 @@ class LineBatch(RowBatch):
         return replace(self, rows=self.rows[:count]), replace(self, rows=self.rows[count:])
 
     def _origin(self) -> RowSource:
-        return RowSource(self.source, self.base_dir, self.image_root)  # no convert: it never travels
+        return RowSource(self.source, self.base_dir, self.image_root, convert=self.convert)
 
     def _parse(self, origin: RowSource, index: int, line: int, raw: bytes) -> Sample:
         return _parse_line(origin, raw, index, line, self.layout, self.from_first_row)
@@ -113,7 +114,7 @@ def _parse_line(
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return _malformed(origin.source, index, line, f"line is not valid JSON: {exc}", raw.strip())
-    chosen = layout.for_row(row) if isinstance(layout, FileLayout) else layout
+    chosen = layout.for_row(row, origin) if isinstance(layout, FileLayout) else layout
     return origin.sample(row, index, chosen, line, from_first_row)
 
 
@@ -132,7 +133,7 @@ def _units(
 ) -> Iterator[Sample | LineBatch]:
     """A manifest's rows (`rows_of`: _jsonl_rows or _array_rows), in LineBatch units when batching."""
     file_layout = FileLayout(origin.layout)
-    batching = batch_rows > 0 and origin.convert is None  # a convert function may not travel to a worker
+    batching = batch_rows > 0 and travels(origin.convert)  # a converter closure may not go to a worker
     rows = rows_of(_ManifestRead(path, origin, file_layout, batching))
     yield from _in_batches(rows, batch_rows, origin, file_layout) if batching else rows
 
@@ -203,6 +204,7 @@ def _batch(origin: RowSource, file_layout: FileLayout, rows: list[_Raw]) -> Line
         file_layout.value,
         file_layout.detected,
         tuple(rows),
+        origin.convert,
     )
 
 

@@ -101,7 +101,11 @@ def read_object_file(
                 _inside(folder, root, f"{name!r} root", path) if isinstance(root, str) and root else None
             )
             rows = RowSource.of_file(
-                annotation, display_path(annotation), image_root=image_root, layout=origin.layout
+                annotation,
+                display_path(annotation),
+                image_root=image_root,
+                layout=origin.layout,
+                convert=origin.convert,
             )
             reader = read_jsonl if annotation.endswith((".jsonl", ".ndjson")) else read_json
             if not os.path.isfile(annotation):

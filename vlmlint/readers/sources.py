@@ -40,7 +40,14 @@ def read_file(path: str, options: ReadOptions) -> Iterator[Sample | RowBatch]:
         raise DatasetError(
             f"{path}: not a dataset file vlmlint reads (.json, .jsonl, .parquet, .arrow, .tar shards)"
         )
-    origin = RowSource.of_file(path, options.rel(path), image_root=options.image_root, layout=options.layout)
+    if reader is read_shard and options.columns is not None:
+        raise DatasetError(
+            f"{path}: --columns maps the fields of manifests and tables; a webdataset shard's samples "
+            "are read by their members' extensions"
+        )
+    origin = RowSource.of_file(
+        path, options.rel(path), image_root=options.image_root, layout=options.layout, convert=options.columns
+    )
     yield from reader(path, origin, options.batch_rows)
 
 
