@@ -363,3 +363,27 @@ def test_two_workers_give_the_same_media_findings_as_one_process(tmp_path):
     one, two = run(1), run(2)
     assert len(one) == 15 * 12 and one == two
     assert sum(bool(media) for _, _, media in two) == 13 * 12
+
+
+def test_the_fallback_says_why_its_videos_are_not_counted(tmp_path):
+    """The real-processor fallback counts images only: a video row is VLM109 with the reason (no crash);
+    a video processor that drops patches by pixel content (Video-LLaMA3's use_token_compression) is
+    said to be impossible to count from headers."""
+    from vlmlint.models import _fallback_video_refusal, load_model
+
+    model = load_model(MODEL, force_fallback=True)
+    assert (
+        model.video_refusal
+        == "Qwen2VLProcessor's videos are not counted: the real-processor fallback counts images only"
+    )
+    scanner = Scanner(ScanConfig(dataset="", model=MODEL), model=model)
+    outcome = next(iter(scanner.scan_samples(iter_samples(str(MEDIA / "openai.jsonl")))))
+    assert [f.code for f in outcome.findings] == ["VLM109"]
+    assert "the real-processor fallback counts images only" in outcome.findings[0].message
+    folder = tmp_path / "videollama3"
+    folder.mkdir()
+    (folder / "video_preprocessor_config.json").write_text(
+        json.dumps({"video_processor_type": "VideoLlama3VideoProcessor", "use_token_compression": True})
+    )
+    refusal = _fallback_video_refusal(str(folder), "VideoLlama3Processor", "video_llama_3")
+    assert "cannot be predicted from headers" in refusal and "pixel content" in refusal

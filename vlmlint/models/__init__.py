@@ -277,7 +277,24 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
             f"{processor_name}: no formula in vlmlint; every row is counted with the real processor on "
             f"decoded images (slow){missing}"
         ),
+        video_refusal=_fallback_video_refusal(name, processor_name, model_type),
     )
+
+
+def _fallback_video_refusal(name: str, processor_name: str, model_type: str | None) -> str:
+    """Why the fallback's videos are not counted: it runs the real processor on images only; a video
+    processor that drops patches by their pixel content (Video-LLaMA3's use_token_compression) could
+    not be counted from headers by any formula either."""
+    from vlmlint.models.video_config import video_processor_config
+
+    _, config, _ = video_processor_config(name, _read_json(name, "processor_config.json"), model_type)
+    if config.get("use_token_compression") and config.get("video_processor_type"):
+        return (
+            f"{processor_name}'s video tokens cannot be predicted from headers: its video processor "
+            f"({config['video_processor_type']}, use_token_compression) drops patches by their pixel content; "
+            "only its real processor on decoded frames can count them, which vlmlint does not run yet"
+        )
+    return f"{processor_name}'s videos are not counted: the real-processor fallback counts images only"
 
 
 def _video_settings(
@@ -516,7 +533,17 @@ def _load_image_processor(
             return dict(image_config)
     from vlmlint.models.compat import load_image_processor
 
-    return load_image_processor(name, image_config, trust_remote_code)  # AutoImageProcessor, on every 5.x
+    return load_image_processor(name, trust_remote_code, image_config)  # AutoImageProcessor, on every 5.x
+
+
+def _refuse_missing_processor(name: str, processor_class: str) -> None:
+    """ModelError where the family's processor came in a later transformers than the installed one (a
+    trainer on this one cannot load it either): the message names the release to install."""
+    from vlmlint.models.compat import missing_processor
+
+    refusal = missing_processor(processor_class)
+    if refusal is not None:
+        raise ModelError(f"{name}: {refusal}")
 
 
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
@@ -576,6 +603,8 @@ def _load_processor(
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
     family = None if force_fallback else find_family(processor_class, image_processor_type)
+    if family is not None and processor_class and not (processor_map and trust_remote_code):
+        _refuse_missing_processor(name, processor_class)
     if processor_options and family is None:
         raise ModelError(
             f"{name}: --processor-option is applied to the image processor of a family vlmlint has a formula "
