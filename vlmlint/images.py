@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vlmlint.image_header import read_fast
 from vlmlint.records import MAX_EMBEDDED_BYTES, ImageError, ImageRef
 
 # EXIF orientations 5-8 rotate by 90 or 270 degrees: width and height swap after exif_transpose.
@@ -425,6 +426,34 @@ def read_header(ref: ImageRef, max_decode_pixels: int | None = None) -> ImageHea
 
 def _read_header(ref: ImageRef, stream, max_decode_pixels: int | None) -> ImageHeader:
     size = _size_of(stream)
+    # JPEG, PNG and WebP from the bytes they need (image_header.py); None: PIL's open decides, as before.
+    fast = read_fast(stream, size)
+    if fast is not None:
+        width, height, image_format, mode = fast.width, fast.height, fast.format, fast.mode
+        orientation, animated, transparency = fast.orientation, fast.animated, fast.transparency
+        data_end = None  # their ends are markers (JPEG, PNG) or checked by the reader (WebP's RIFF size)
+    else:
+        width, height, image_format, mode, orientation, animated, transparency, data_end = _pil_header(
+            ref, stream, size
+        )
+    if width <= 0 or height <= 0:
+        raise ImageProblem(ImageError.UNREADABLE, f"image {ref.reference} has an empty size {width}x{height}")
+    # Pixel data running past the end of the file (TIFF, BMP, AVIF), or a missing end marker: confirm with
+    # one real decode, so that files with trailing data after the marker pass. Never for images above
+    # the pixel limits, not even to confirm: VLM202 reports those.
+    if _decodable(width, height, max_decode_pixels) and (
+        (data_end is not None and data_end > size) or _looks_truncated(stream, image_format)
+    ):
+        stream.seek(0)
+        _decode(ref, stream)
+    shown_width, shown_height = (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
+    return ImageHeader(
+        shown_width, shown_height, image_format, mode, orientation, width, height, animated, transparency
+    )
+
+
+def _pil_header(ref: ImageRef, stream, size: int) -> tuple:
+    """What PIL's lazy open tells: (width, height, format, mode, orientation, animated, transparency, data end)."""
     values = _tiff_values(stream, size)
     if values > MAX_TIFF_TAG_VALUES:
         raise ImageProblem(
@@ -472,20 +501,7 @@ def _read_header(ref: ImageRef, stream, max_decode_pixels: int | None) -> ImageH
         except Exception as exc:  # PIL's plugins raise struct.error, IndexError, EOFError... on hostile bytes
             message = f"cannot read image header of {ref.reference}: {type(exc).__name__}: {exc}"
             raise ImageProblem(ImageError.UNREADABLE, message + _first_warning(caught)) from None
-    if width <= 0 or height <= 0:
-        raise ImageProblem(ImageError.UNREADABLE, f"image {ref.reference} has an empty size {width}x{height}")
-    # Pixel data running past the end of the file (TIFF, BMP, AVIF), or a missing end marker: confirm with
-    # one real decode, so that files with trailing data after the marker pass. Never for images above
-    # the pixel limits, not even to confirm: VLM202 reports those.
-    if _decodable(width, height, max_decode_pixels) and (
-        (data_end is not None and data_end > size) or _looks_truncated(stream, image_format)
-    ):
-        stream.seek(0)
-        _decode(ref, stream)
-    shown_width, shown_height = (height, width) if orientation in _SWAPPING_ORIENTATIONS else (width, height)
-    return ImageHeader(
-        shown_width, shown_height, image_format, mode, orientation, width, height, animated, transparency
-    )
+    return width, height, image_format, mode, orientation, animated, transparency, data_end
 
 
 def decode_image(ref: ImageRef) -> Image.Image:
