@@ -228,15 +228,40 @@ def _bounded_join(join: Any) -> Any:
     return bounded
 
 
+def _transformers_compile() -> Any:
+    """transformers' template compiler: _cached_compile_jinja_template from 5.3.0, _compile_jinja_template
+    in 5.0 to 5.2 (the same sandboxed environment, filters and globals)."""
+    from transformers.utils import chat_template_utils as utils
+
+    return getattr(utils, "_cached_compile_jinja_template", None) or utils._compile_jinja_template
+
+
+def _prepared(conversation: Any) -> Any:
+    """The messages as the installed transformers' render_jinja_template hands them to the template: plain
+    data (_plain_template_data, 5.23+) with reasoning fields aliased (_alias_reasoning_fields, 5.21+);
+    earlier releases pass the messages as given (vlmlint's rows are plain JSON data already)."""
+    from transformers.utils import chat_template_utils as utils
+
+    plain = getattr(utils, "_plain_template_data", None)
+    alias = getattr(utils, "_alias_reasoning_fields", None)
+    chat = plain(conversation) if plain is not None else conversation
+    return alias(chat) if alias is not None else chat
+
+
+def _prepared_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from transformers.utils import chat_template_utils as utils
+
+    plain = getattr(utils, "_plain_template_data", None)  # 5.23+; earlier, the kwargs as given
+    return plain(kwargs) if plain is not None else dict(kwargs)
+
+
 def compile_template(template: str) -> Any:
     """transformers' compiled template, in vlmlint's own bounded copy of its environment (cached)."""
     compiled = _compiled.get(template)
     if compiled is not None:
         _compiled.move_to_end(template)
         return compiled
-    from transformers.utils.chat_template_utils import _cached_compile_jinja_template
-
-    env = _cached_compile_jinja_template("").environment  # a fresh environment as transformers sets it up
+    env = _transformers_compile()("").environment  # a fresh environment as transformers sets it up
     _install(env)  # before compiling: intercepted operators are chosen at compile time
     compiled = env.from_string(template)
     namespace = compiled.root_render_func.__globals__  # `~` joins through these
@@ -265,8 +290,6 @@ def render(
     template: str, conversation: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any
 ) -> str:
     """transformers' render_jinja_template for one conversation, bounded (TemplateLimit beyond)."""
-    from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
-
     if len(template) > MAX_TEMPLATE_CHARS:
         raise TemplateLimit(
             f"the chat template is {len(template):,} characters, above {MAX_TEMPLATE_CHARS:,}"
@@ -275,11 +298,11 @@ def render(
         compiled = compile_template(template)
     except RecursionError:
         raise TemplateLimit("the chat template nests too deeply to compile") from None
-    chat = _alias_reasoning_fields(_plain_template_data(conversation))
+    chat = _prepared(conversation)
     for message in chat:
         if not isinstance(message, dict):
             raise TypeError(f"Chat messages should be dicts, but got {message!r}.")
-    variables = _plain_template_data(kwargs)
+    variables = _prepared_kwargs(kwargs)
     chars = max(MAX_RENDER_CHARS, 2 * _text_chars(chat))  # a long row renders; VLM408 then says so
     previous = getattr(_state, "budget", None)
     _state.budget = budget = _Budget(MAX_RENDER_SECONDS, chars)
