@@ -533,7 +533,17 @@ def _load_image_processor(
             return dict(image_config)
     from vlmlint.models.compat import load_image_processor
 
-    return load_image_processor(name, image_config, trust_remote_code)  # AutoImageProcessor, on every 5.x
+    return load_image_processor(name, trust_remote_code, image_config)  # AutoImageProcessor, on every 5.x
+
+
+def _refuse_missing_processor(name: str, processor_class: str) -> None:
+    """ModelError where the family's processor came in a later transformers than the installed one (a
+    trainer on this one cannot load it either): the message names the release to install."""
+    from vlmlint.models.compat import missing_processor
+
+    refusal = missing_processor(processor_class)
+    if refusal is not None:
+        raise ModelError(f"{name}: {refusal}")
 
 
 _PROCESSOR_AUTO_CLASSES = ("AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoTokenizer")
@@ -593,6 +603,8 @@ def _load_processor(
             f"{name}: its processor needs remote code; rerun with --trust-remote-code if you trust it"
         )
     family = None if force_fallback else find_family(processor_class, image_processor_type)
+    if family is not None and processor_class and not (processor_map and trust_remote_code):
+        _refuse_missing_processor(name, processor_class)
     if processor_options and family is None:
         raise ModelError(
             f"{name}: --processor-option is applied to the image processor of a family vlmlint has a formula "

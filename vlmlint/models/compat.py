@@ -1,7 +1,7 @@
 """What differs between the transformers 5.x releases vlmlint supports, in one place.
 
 The image processors moved from slow/fast classes (5.0, 5.2: `Qwen2VLImageProcessor` is numpy + PIL,
-`...Fast` torchvision) to backends (by 5.8.0: the base name is the torchvision backend, `...Pil` the PIL
+`...Fast` torchvision) to backends in 5.4.0 (the base name is the torchvision backend, `...Pil` the PIL
 one; image_processing_backends.py). In the first backend releases (5.8.0 and 5.16.1 measured) the
 top-level `transformers.AutoImageProcessor` is a dummy object without torch and torchvision
 (`@requires(backends=("vision",))` resolved to torch+torchvision in its lazy module), and some PIL
@@ -18,6 +18,50 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+# The first release holding each processor class a family claims that 5.0.0 lacks: read from the
+# models/*/processing_*.py files of every 5.x minor release's wheel (5.0.0 to 5.24.0; there is no 5.10.0).
+PROCESSOR_SINCE: dict[str, str] = {
+    "Ernie4_5_VLMoeProcessor": "5.3.0",
+    "Gemma4Processor": "5.5.0",
+    "MiniCPMV4_6Processor": "5.7.0",
+    "Granite4VisionProcessor": "5.8.0",
+    "DeepseekOcr2Processor": "5.10.1",
+    "HunYuanVLProcessor": "5.13.0",
+    "Kimi_K25Processor": "5.13.0",
+    "MiniCPMV4_7Processor": "5.18.0",
+    "Molmo2Processor": "5.20.0",
+}
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def has_class(name: str) -> bool:
+    """Whether the installed transformers defines this class (a dummy without torch counts: it exists)."""
+    import transformers
+
+    try:
+        return getattr(transformers, name, None) is not None
+    except Exception:  # noqa: BLE001 (a lazy module that fails to import it: it is there)
+        return True
+
+
+def missing_processor(processor_class: str) -> str | None:
+    """Why this processor cannot be counted with the installed transformers (it came in a later release,
+    so a trainer on this one cannot load it either), naming the release to install; None when it is there."""
+    if has_class(processor_class):
+        return None
+    since = PROCESSOR_SINCE.get(processor_class)
+    fix = (
+        f"it came in transformers {since}: pip install 'transformers>={since}'"
+        if since
+        else ("pip install -U transformers")
+    )
+    return f"{processor_class} is not in the installed transformers {transformers_version()}; {fix}"
+
 
 def is_dummy(obj: Any) -> bool:
     """A transformers placeholder for a class whose backends are missing (utils/import_utils.py DummyObject)."""
@@ -25,14 +69,10 @@ def is_dummy(obj: Any) -> bool:
 
 
 def auto_image_processor() -> Any:
-    """transformers' AutoImageProcessor: the top-level one, or its module's class where the top-level
-    name is a dummy without torch (5.8.0 to 5.16.1): the same class, its from_pretrained needs no torch."""
-    import transformers
-
-    auto = transformers.AutoImageProcessor
-    if is_dummy(auto):
-        auto = importlib.import_module("transformers.models.auto.image_processing_auto").AutoImageProcessor
-    return auto
+    """transformers' AutoImageProcessor, taken from its module: the top-level name is a dummy without torch
+    in 5.8.0 to 5.16.1 (the module's class is the same class, and its from_pretrained needs no torch), and
+    the tests' reference side may have put `AutoImageProcessor` below in its place."""
+    return importlib.import_module("transformers.models.auto.image_processing_auto").AutoImageProcessor
 
 
 def image_processor_class(type_name: str | None) -> type | None:
@@ -64,15 +104,33 @@ def image_processor_class(type_name: str | None) -> type | None:
     return None
 
 
-def load_image_processor(name: str, image_config: Mapping[str, Any], trust_remote_code: bool) -> Any:
+def load_image_processor(
+    name: str, trust_remote_code: bool = False, image_config: Mapping[str, Any] | None = None
+) -> Any:
     """AutoImageProcessor.from_pretrained(name) without torch on every supported release: where the auto
     class cannot give a usable class (its module hands back a dummy PIL class, 5.8.0 to 5.16.1), the
-    file's image_processor_type's PIL class is loaded from its own module, as 5.18+ does."""
+    file's image_processor_type's PIL class is loaded from its own module, as 5.18+ does.
+    `image_config`: the file's dict where the caller has read it already."""
     try:
         return auto_image_processor().from_pretrained(name, trust_remote_code=trust_remote_code)
     except (ValueError, ImportError):
+        if image_config is None:
+            from transformers.image_processing_base import ImageProcessingMixin
+
+            image_config, _ = ImageProcessingMixin.get_image_processor_dict(name)
         type_name = image_config.get("image_processor_type") or image_config.get("feature_extractor_type")
         cls = image_processor_class(str(type_name).replace("FeatureExtractor", "ImageProcessor"))
         if cls is None:
             raise
         return cls.from_pretrained(name)
+
+
+class AutoImageProcessor:
+    """transformers' AutoImageProcessor.from_pretrained through `load_image_processor`, for code (the
+    tests' reference side) that names the top-level class, on releases where that name is a dummy."""
+
+    @staticmethod
+    def from_pretrained(name: Any, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+        if kwargs:
+            return auto_image_processor().from_pretrained(name, trust_remote_code=trust_remote_code, **kwargs)
+        return load_image_processor(str(name), trust_remote_code)
