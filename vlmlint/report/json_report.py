@@ -34,6 +34,8 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
         "pipeline_options": dict(config.pipeline_options),
         # image processor keys set as if its file held them (--processor-option)
         "processor_options": dict(config.processor_options),
+        # the row fields read under other names (--columns): a checkpoint of another map is not resumed
+        "columns": dict(config.columns),
     }
 
 

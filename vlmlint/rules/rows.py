@@ -70,8 +70,9 @@ class UnknownLayout(Rule):
     `conversations`, `messages`, `instruction`/`output` nor `image`/`text` is present. The message
     lists the fields seen and the fields each layout is recognised by.
 
-    **Fix** Rename the fields to one layout's (e.g. LLaVA: `"image"` and `"conversations"`), or
-    remove the row. With `--layout`, a row that does not fit the forced layout is VLM101 instead.
+    **Fix** Rename the fields to one layout's (e.g. LLaVA: `"image"` and `"conversations"`), map
+    them with `--columns` (`--columns messages=dialog,images=img`: docs/datasets.md), or remove the
+    row. With `--layout`, a row that does not fit the forced layout is VLM101 instead.
     """
 
     code = "VLM102"
@@ -84,8 +85,8 @@ class UnknownLayout(Rule):
                 yield self.finding(
                     row,
                     problem.message,
-                    'rename the fields to one layout\'s (e.g. llava: "image" + "conversations"), '
-                    "or remove the row",
+                    'rename the fields to one layout\'s (e.g. llava: "image" + "conversations"), map '
+                    "them with --columns (e.g. --columns messages=dialog,images=img), or remove the row",
                 )
 
 
