@@ -21,6 +21,7 @@ from vlmlint.models.lfm2_vl import FAMILY as LFM2_VL
 from vlmlint.models.llama4 import FAMILY as LLAMA4
 from vlmlint.models.llava import FAMILY as LLAVA
 from vlmlint.models.llava_next import FAMILY as LLAVA_NEXT
+from vlmlint.models.llava_next_video import FAMILY as LLAVA_NEXT_VIDEO
 from vlmlint.models.llava_onevision import FAMILY as LLAVA_ONEVISION
 from vlmlint.models.minicpmv import FAMILY as MINICPMV
 from vlmlint.models.minicpmv import FAMILY_4_7 as MINICPMV4_7
@@ -41,6 +42,7 @@ FAMILIES: tuple[Family, ...] = (
     QWEN_OMNI,
     LLAVA,
     LLAVA_NEXT,
+    LLAVA_NEXT_VIDEO,
     GRANITE4_VISION,
     LLAVA_ONEVISION,
     IDEFICS2,
