@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "vlmlint"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vlmlint.records", "vlmlint.fileio", "vlmlint.templates", "vlmlint.report.safe", "vlmlint.version"),
-    ("vlmlint.readers", "vlmlint.models", "vlmlint.images", "vlmlint.media", "vlmlint.video"),
+    ("vlmlint.readers", "vlmlint.models", "vlmlint.images", "vlmlint.image_header", "vlmlint.media", "vlmlint.video"),
     ("vlmlint.template_cache", "vlmlint.counting"),
     ("vlmlint.rules", "vlmlint.pipelines"),
     ("vlmlint.aggregate",),

@@ -206,7 +206,7 @@ def test_config_command_gives_the_same_refusals_and_origins(tree, tmp_path, reco
     shown = run_guarded("config", "--trust-remote-code", cwd=dataset)
     assert shown.exit_code == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert "trust_remote_code = True  # flag" in lines and "found by search" in lines[0]
+    assert "trust-remote-code = true  # flag" in lines and "found by search" in lines[0]
     pyproject(dataset, 'max-length = "4096"')
     bad = run_guarded("config", cwd=dataset)
     record(
@@ -220,9 +220,9 @@ def test_config_command_gives_the_same_refusals_and_origins(tree, tmp_path, reco
     )
     assert named.exit_code == 0, named.stderr
     lines = named.stdout.splitlines()
-    assert "named with --config" in lines[0] and "max_length = 4096  # file" in lines
-    assert any(text.startswith("near_limit_share = 0.5  # file") for text in lines)
-    assert any(text.startswith("tiny_image_side = 10  # flag") for text in lines)
+    assert "named with --config" in lines[0] and "max-length = 4096  # file" in lines
+    assert any(text.startswith("near-limit-share = 0.5  # file") for text in lines)
+    assert any(text.startswith("tiny-image-side = 10  # flag") for text in lines)
     record(
         "config", "vlmlint config --config FILE --threshold", "exit 0: each value with default, file or flag"
     )
