@@ -347,8 +347,10 @@ def load_model(
     where a family has a formula (tests prove the two agree). `processor_options` (--processor-option):
     image processor keys set as if the processor's file held them (apply_processor_options).
     """
-    from vlmlint.models import profiles
+    from vlmlint.models import compat, profiles
 
+    if compat.too_old() is not None:
+        raise ModelError(compat.too_old())
     if name is None:
         name = profiles.DEFAULT_PROFILE
     profile = None if os.path.isdir(name) else profiles.find_profile(name)

@@ -33,6 +33,27 @@ PROCESSOR_SINCE: dict[str, str] = {
 }
 
 
+# The oldest release vlmlint runs on without torch (pyproject.toml's range says the same): 5.4.0's PIL
+# classes import their torchvision twin's module, which imports torch (image_processing_pil_qwen2_vl.py:
+# `from .image_processing_qwen2_vl import smart_resize`); 5.0-5.3's slow classes keep sizes as plain dicts,
+# which not every family reads. 5.5.0 is measured (the demo, the four profiles of issue 22).
+MIN_TRANSFORMERS = "5.5.0"
+
+
+def too_old() -> str | None:
+    """Why the installed transformers cannot serve, naming the release to install; None when it can."""
+    from packaging.version import Version
+
+    installed = transformers_version()
+    if Version(installed) >= Version(MIN_TRANSFORMERS):
+        return None
+    return (
+        f"the installed transformers {installed} is older than vlmlint supports ({MIN_TRANSFORMERS} or later: "
+        f"the image processors of {installed} need torch or are read differently); "
+        f"pip install 'transformers>={MIN_TRANSFORMERS},<6'"
+    )
+
+
 def transformers_version() -> str:
     import transformers
 
