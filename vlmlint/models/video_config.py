@@ -178,7 +178,10 @@ def video_processor_config(
     if isinstance(nested, dict):
         config, source = nested, "processor_config.json"
     else:
-        config, source = read_optional_json(model, "video_preprocessor_config.json"), "video_preprocessor_config.json"
+        config, source = (
+            read_optional_json(model, "video_preprocessor_config.json"),
+            "video_preprocessor_config.json",
+        )
         if not config:
             config, source = read_optional_json(model, "preprocessor_config.json"), "preprocessor_config.json"
     if not config:

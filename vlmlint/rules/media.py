@@ -66,7 +66,9 @@ class MediaNotCounted(Rule):
             bound = "its length would be a lower bound"
         uncounted_media = [info for info in row.media if info.tokens is None]
         videos_only = all(info.kind == "video" for info in uncounted_media)
-        why = context.video_refusal if videos_only and context.video_refusal else "vlmlint does not count them"
+        why = (
+            context.video_refusal if videos_only and context.video_refusal else "vlmlint does not count them"
+        )
         if videos_only and context.video_refusal is None:
             why = "its videos cannot all be read"
         elif not videos_only:
