@@ -13,6 +13,7 @@ import pytest
 
 from fixtures.reference import _records, glm4v_video
 from tests.conftest import PROCESSORS
+from tests.families._video import clip_meta, prompt_length
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, glm4v, load_model
@@ -51,19 +52,12 @@ def with_kwargs(settings: glm4v.GlmVideoSettings, kwargs: dict, init: dict) -> g
     return dataclasses.replace(settings, **changes)
 
 
-def meta(case: dict) -> VideoMeta:
-    height, width = case["size"]
-    fps = case["fps"]
-    return VideoMeta(
-        frames=case["frames"], fps=fps, duration=case["frames"] / fps, width=width, height=height
-    )
+meta = clip_meta  # (tests/reference imports it by this name)
 
 
 def row_length(scanner: Scanner, video: VideoCount) -> int:
-    """The recorder's prompt composed (runs written once) and tokenized."""
-    composed, saved = scanner.encoder.compose(PROMPT, [], videos=(video,))
-    ids = scanner.model.tokenizer(composed, add_special_tokens=scanner.model.family.add_special_tokens)
-    return len(ids["input_ids"]) + saved
+    """The recorder's prompt with the video composed and tokenized."""
+    return prompt_length(scanner, PROMPT, (video,))
 
 
 def full_ids(scanner: Scanner, video: VideoCount, settings: glm4v.GlmVideoSettings) -> str:

@@ -12,11 +12,11 @@ import pytest
 
 from fixtures.reference import _records, qwen_video
 from tests.conftest import PROCESSORS
+from tests.families._video import clip_meta, prompt_length
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, load_model, qwen_vl
 from vlmlint.models.base import VideoCount
-from vlmlint.records import VideoMeta
 
 RECORDS = _records.load("qwen_video")
 CASES = RECORDS["cases"]
@@ -52,19 +52,12 @@ def with_kwargs(settings: qwen_vl.QwenVideoSettings, kwargs: dict) -> qwen_vl.Qw
     return dataclasses.replace(settings, **changes)
 
 
-def meta(case: dict) -> VideoMeta:
-    height, width = case["size"]
-    fps = case["fps"]
-    return VideoMeta(
-        frames=case["frames"], fps=fps, duration=case["frames"] / fps, width=width, height=height
-    )
+meta = clip_meta  # (tests/reference imports it by this name)
 
 
 def row_length(scanner: Scanner, video: VideoCount) -> int:
-    """The recorder's prompt (the template's video slot and a text) composed and tokenized."""
-    composed, saved = scanner.encoder.compose(PROMPT, [], videos=(video,))
-    ids = scanner.model.tokenizer(composed, add_special_tokens=scanner.model.family.add_special_tokens)
-    return len(ids["input_ids"]) + saved
+    """The recorder's prompt with the video composed and tokenized."""
+    return prompt_length(scanner, PROMPT, (video,))
 
 
 def test_video_settings_come_from_the_folder_as_transformers_reads_them():
