@@ -89,6 +89,9 @@ def test_packaging_metadata():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["license"] == "Apache-2.0" and (ROOT / "LICENSE").is_file()
     assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
+    from vlmlint.report.ci import INFORMATION_URI
+
+    assert project["urls"]["Homepage"] == INFORMATION_URI  # one address for the package and SARIF's driver
 
 
 def test_stats_takes_the_scans_options_and_several_datasets():

@@ -255,6 +255,14 @@ def scan(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     table_rows: Annotated[int, typer.Option(help="Most findings the text table shows.", min=0)] = 200,
+    root: Annotated[
+        str | None,
+        typer.Option(
+            help="The folder sarif, github, gitlab and junit paths are relative to (default: the git "
+            "toplevel of the working folder, else the working folder).",
+            show_default=False,
+        ),
+    ] = None,
     verify: Annotated[
         int,
         typer.Option(
@@ -297,6 +305,8 @@ def scan(
     from vlmlint.report.formats import EmitOptions, emitter
     from vlmlint.session import ScanSession, SessionError
 
+    if root is not None and not os.path.isdir(root):  # a typo would silently give absolute paths
+        raise _fail(f"--root {root}: no such folder")
     config = _load_config(datasets[0], flags, config_file, defaults={"jobs": 0})
     baseline = _load_baseline(baseline_file, write_baseline)
     for option, target in (("--report", report), ("--write-baseline", write_baseline)):
@@ -315,7 +325,9 @@ def scan(
     except SessionError as exc:
         _discard(stdout)
         raise _fail(str(exc)) from None
-    _write_reports(stdout, rows, result, session.scanner, config, datasets, baseline, report, output_format)
+    _write_reports(
+        stdout, rows, result, session.scanner, config, datasets, baseline, report, output_format, root
+    )  # fmt: skip
     session.finish(result)  # after the report: it read the findings restored from the checkpoint
     if result.error and not result.interrupted:
         raise _fail(result.error)
@@ -343,7 +355,9 @@ class _Rows:
                 self.closed = _silence(self.stdout)
 
 
-def _write_reports(stdout, rows, result, scanner, config, datasets, baseline, report, output_format) -> None:
+def _write_reports(
+    stdout, rows, result, scanner, config, datasets, baseline, report, output_format, root=None
+) -> None:  # fmt: skip
     """The reports of a finished (or interrupted) scan; a signal while they are written exits 130/143
     with no report file half written, and nothing is left behind when the report was not committed."""
     from vlmlint.session import Terminated, signal_exit, signal_name, signals_raise
@@ -352,7 +366,7 @@ def _write_reports(stdout, rows, result, scanner, config, datasets, baseline, re
         with signals_raise():
             _emit_reports(
                 stdout, result.summary, scanner, config, datasets, result.unreadable,
-                result.interrupted, baseline, report, output_format, rows.emit, rows.closed,
+                result.interrupted, baseline, report, output_format, rows.emit, rows.closed, root,
             )  # fmt: skip
     except (KeyboardInterrupt, Terminated) as exc:
         name = signal_name(exc)
@@ -364,7 +378,7 @@ def _write_reports(stdout, rows, result, scanner, config, datasets, baseline, re
 
 def _emit_reports(
     stdout, summary, scanner, config, datasets, unreadable, interrupted, baseline, report,
-    output_format, emit, pipe_closed,
+    output_format, emit, pipe_closed, root=None,
 ) -> None:  # fmt: skip
     """The report on stdout (or -o) and in --report FILE; exit 2 on a target that cannot be written."""
     from vlmlint.fileio import OutputError
@@ -397,7 +411,7 @@ def _emit_reports(
     if pipe_closed:
         return  # nobody reads stdout any more
     try:
-        _render(emit, output_format.value, full_report, summary, scanner, config)
+        _render(emit, output_format.value, full_report, summary, scanner, config, root)
     except BrokenPipeError:  # `| head`: the reader has what it wanted; exit as the report would
         _silence(stdout)
         return
@@ -410,7 +424,7 @@ def _emit_reports(
             _silence(stdout)
 
 
-def _render(emit, output_format, full_report, summary, scanner, config) -> None:
+def _render(emit, output_format, full_report, summary, scanner, config, root=None) -> None:
     """The report in its format on stdout or -o (jsonl was streamed: only its incomplete record)."""
     from vlmlint.report.formats import ReportInput
     from vlmlint.report.safe import unicode_safe
@@ -421,6 +435,7 @@ def _render(emit, output_format, full_report, summary, scanner, config) -> None:
         model_name=unicode_safe(config.model),
         text_tokens_estimated=scanner.model.text_tokens_estimated,
         counted_by=scanner.model.counted_by(timing=True),
+        root=root,
     )
     try:
         emit.finish(rendered)

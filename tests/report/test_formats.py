@@ -387,3 +387,31 @@ def test_artifact_paths_are_relative_to_the_repository_root(tmp_path, monkeypatc
     assert artifact_path("rows.jsonl") == ("data/sft/rows.jsonl", True)
     assert artifact_path(str(data / "rows.jsonl")) == ("data/sft/rows.jsonl", True)
     assert artifact_path("org/name[train]") == ("org/name[train]", True)  # not a file: as it is
+
+
+def test_root_sets_the_base_of_ci_paths(tmp_path, monkeypatch):
+    """--root: paths relative to the folder given, not the git toplevel (issue 22)."""
+    (tmp_path / ".git").mkdir()
+    data = tmp_path / "data" / "sft"
+    data.mkdir(parents=True)
+    (data / "rows.jsonl").write_text("{}\n")
+    monkeypatch.chdir(data)
+    assert artifact_path("rows.jsonl", root=str(tmp_path / "data")) == ("sft/rows.jsonl", True)
+    outside = artifact_path("rows.jsonl", root=str(tmp_path / "elsewhere"))
+    assert outside == ((data / "rows.jsonl").as_posix(), False)
+
+
+@pytest.mark.parametrize("output_format", ["sarif", "github", "gitlab", "junit"])
+def test_cli_root_option(tiny, output_format):
+    (tiny / "sub").mkdir()
+    (tiny / "sub" / "data.jsonl").write_text((tiny / "data.jsonl").read_text())
+    (tiny / "sub" / "a.jpg").write_bytes((tiny / "a.jpg").read_bytes())
+    args = ["sub/data.jsonl", "--model", MODEL, "-q", "--verify", "0", "-f", output_format, "--root", "sub"]
+    result = CliRunner().invoke(app, ["scan", *args])
+    assert result.exit_code == 1, result.output
+    assert "sub/data.jsonl" not in result.stdout and "data.jsonl" in result.stdout
+
+
+def test_cli_root_must_be_a_folder(tiny):
+    result = scan("--root", "no-such-folder")
+    assert result.exit_code == 2 and "--root no-such-folder: no such folder" in result.output

@@ -1,7 +1,7 @@
 """What the CI formats (sarif, github, junit, gitlab) share: where a finding is, its text, its fingerprint.
 
-CI systems place an annotation by a path relative to the checkout (the repository root: the git
-toplevel of the working folder, whatever subfolder vlmlint ran in) and a line; they deduplicate findings across runs by a fingerprint that must not change while the finding
+CI systems place an annotation by a path relative to the checkout (the repository root: `--root`, else
+the git toplevel of the working folder, whatever subfolder vlmlint ran in) and a line; they deduplicate findings across runs by a fingerprint that must not change while the finding
 stays the same, so it is built from the rule, the file and the row (its id, else its content hash,
 else its position), never from the message, whose numbers may move.
 """
@@ -67,15 +67,15 @@ def repository_root(folder: str) -> str:
         current = parent
 
 
-def artifact_path(source: str, cwd: str | None = None) -> tuple[str, bool]:
+def artifact_path(source: str, cwd: str | None = None, root: str | None = None) -> tuple[str, bool]:
     """The report's source as CI tools want it: (path, True) relative to the base when under it, else
-    (abs, False). The base: `cwd` when given, else the repository root of the working folder (relative
-    sources are the working folder's).
+    (abs, False). The base: `root` (--root) when given, else `cwd` when given, else the repository root
+    of the working folder (relative sources are the working folder's, `cwd` or the process's).
 
     Sources that are not files (a hub id with its split) come back as they are, as relative paths.
     """
     here = cwd or os.getcwd()
-    base = cwd or repository_root(here)
+    base = os.path.abspath(root) if root else cwd or repository_root(here)
     path = source
     match = _SPLIT_SUFFIX.match(source)
     if match and os.path.exists(os.path.join(here, match.group(1))):
@@ -93,11 +93,13 @@ def artifact_path(source: str, cwd: str | None = None) -> tuple[str, bool]:
     return PurePath(os.path.normpath(path)).as_posix(), True
 
 
-def located_findings(report: dict[str, Any], cwd: str | None = None) -> Iterator[Located]:
+def located_findings(
+    report: dict[str, Any], cwd: str | None = None, root: str | None = None
+) -> Iterator[Located]:
     """The report's findings in report order, each with its CI path and fingerprint."""
     seen: Counter[tuple[str, str, str]] = Counter()
     for finding in report.get("findings", []):
-        path, relative = artifact_path(str(finding.get("source", "")), cwd)
+        path, relative = artifact_path(str(finding.get("source", "")), cwd, root)
         # The row by its id, else by its content hash (baselines), else by its position in the file.
         if finding.get("id") is not None:
             row = f"id={finding['id']}"

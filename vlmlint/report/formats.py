@@ -41,6 +41,7 @@ class ReportInput:
     model_name: str
     text_tokens_estimated: str | None = None
     counted_by: str | None = None  # Model.counted_by(): formula (family X) or real processor (fallback)
+    root: str | None = None  # --root: the folder CI formats' paths are relative to (else the git toplevel)
 
 
 @dataclass(frozen=True)

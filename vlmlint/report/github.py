@@ -29,7 +29,7 @@ def escape_property(text: str) -> str:
 
 
 def render(report: ReportInput) -> str:
-    lines = annotations(report.report)
+    lines = annotations(report.report, root=report.root)
     incomplete = report.report.get("incomplete")
     if incomplete:  # an interrupted scan: say so, or a short list would pass for the whole dataset
         lines.append(f"::warning title=vlmlint scan incomplete::{escape_data(incomplete_text(incomplete))}")
@@ -44,9 +44,9 @@ def incomplete_text(incomplete: dict) -> str:
     )
 
 
-def annotations(report: dict, cwd: str | None = None) -> list[str]:
+def annotations(report: dict, cwd: str | None = None, root: str | None = None) -> list[str]:
     lines = []
-    for item in located_findings(report, cwd):
+    for item in located_findings(report, cwd, root):
         command = COMMANDS.get(item.finding.get("severity", ""), "warning")
         properties = [f"file={escape_property(item.path)}"]
         if item.line is not None:

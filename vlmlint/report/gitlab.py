@@ -20,20 +20,22 @@ SEVERITIES = {"error": "major", "warning": "minor", "info": "info"}
 def render(report: ReportInput) -> str:
     from vlmlint.report.json_report import dumps
 
-    entries = code_quality(report.report)
+    entries = code_quality(report.report, root=report.root)
     incomplete = report.report.get("incomplete")
     if incomplete:  # Code Quality has no top-level note: an entry on the dataset says it
-        entries.append(incomplete_entry(report.report, incomplete))
+        entries.append(incomplete_entry(report.report, incomplete, root=report.root))
     return dumps(entries).decode() + "\n"
 
 
-def incomplete_entry(report: dict, incomplete: dict, cwd: str | None = None) -> dict[str, Any]:
+def incomplete_entry(
+    report: dict, incomplete: dict, cwd: str | None = None, root: str | None = None
+) -> dict[str, Any]:
     import hashlib
 
     from vlmlint.report.ci import artifact_path
     from vlmlint.report.github import incomplete_text
 
-    path, _ = artifact_path(str((report.get("settings") or {}).get("dataset", "")), cwd)
+    path, _ = artifact_path(str((report.get("settings") or {}).get("dataset", "")), cwd, root)
     return {
         "description": f"vlmlint: {incomplete_text(incomplete)}",
         "check_name": "vlmlint-incomplete",
@@ -44,7 +46,7 @@ def incomplete_entry(report: dict, incomplete: dict, cwd: str | None = None) -> 
     }
 
 
-def code_quality(report: dict, cwd: str | None = None) -> list[dict[str, Any]]:
+def code_quality(report: dict, cwd: str | None = None, root: str | None = None) -> list[dict[str, Any]]:
     return [
         {
             "description": f"{item.title}: {item.text}",
@@ -53,5 +55,5 @@ def code_quality(report: dict, cwd: str | None = None) -> list[dict[str, Any]]:
             "severity": SEVERITIES.get(item.finding.get("severity", ""), "minor"),
             "location": {"path": item.path, "lines": {"begin": item.line if item.line is not None else 1}},
         }
-        for item in located_findings(report, cwd)
+        for item in located_findings(report, cwd, root)
     ]

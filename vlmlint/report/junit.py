@@ -37,12 +37,12 @@ def _clean(text: str) -> str:
 
 
 def render(report: ReportInput) -> str:
-    return junit_xml(report.report)
+    return junit_xml(report.report, root=report.root)
 
 
-def junit_xml(report: dict, cwd: str | None = None) -> str:
+def junit_xml(report: dict, cwd: str | None = None, root: str | None = None) -> str:
     fail_on = RANK.get((report.get("settings") or {}).get("fail_on") or "error", 2)
-    located = list(located_findings(report, cwd))
+    located = list(located_findings(report, cwd, root))
     root = ET.Element("testsuites", name="vlmlint")
     suite = ET.SubElement(root, "testsuite", name="vlmlint")
     properties = ET.SubElement(suite, "properties")

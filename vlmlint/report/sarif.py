@@ -37,11 +37,11 @@ GROUPS = {
 def render(report: ReportInput) -> str:
     from vlmlint.report.json_report import dumps
 
-    return dumps(sarif_log(report.report)).decode() + "\n"
+    return dumps(sarif_log(report.report, root=report.root)).decode() + "\n"
 
 
-def sarif_log(report: dict[str, Any], cwd: str | None = None) -> dict[str, Any]:
-    located = list(located_findings(report, cwd))
+def sarif_log(report: dict[str, Any], cwd: str | None = None, root: str | None = None) -> dict[str, Any]:
+    located = list(located_findings(report, cwd, root))
     # The rules that fired, in catalogue order (the report does not say which rules ran).
     fired = {item.code: item.finding for item in located}
     codes = [rule.code for rule in ALL_RULES if rule.code in fired]
