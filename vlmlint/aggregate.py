@@ -272,6 +272,60 @@ class KnobStats:
 
 
 @dataclass(frozen=True)
+class VideoRecommendation:
+    """One share of a video knob: the largest grid value keeping it (None: no grid value does)."""
+
+    keep: str  # "100%", "99.9%", "99%"
+    rows_required: int  # ceil(share * rows)
+    value: float | int | None
+    rows_kept: int  # video rows within the limit at `value`
+    top: bool = False  # `value` is the grid's largest: larger values were not tried
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class VideoKnobStats:
+    """One video sampling knob searched on its grid, the other knobs at their current values."""
+
+    name: str  # as the sampling mode names it: video_fps, FPS, size.longest_edge, ...
+    mode: str  # who reads it: "transformers (Qwen2VLVideoProcessor)", "--pipeline llamafactory", ...
+    current: float | int
+    grid: str  # the values tried, in words
+    limit: int
+    rows_fittable: int  # video rows that some grid value makes fit (the shares are of these)
+    rows_at_current: int  # of those, the rows within the limit at the current value
+    unfittable: int  # video rows within the limit at no grid value
+    unfittable_rows: tuple[str, ...]  # the first locations
+    recommendations: tuple[VideoRecommendation, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        record["unfittable_rows"] = list(self.unfittable_rows)
+        record["recommendations"] = [r.to_dict() for r in self.recommendations]
+        return record
+
+
+@dataclass(frozen=True)
+class VideoStats:
+    """The video rows of a stats run and the video knobs that fit them (stats.VideoCollector)."""
+
+    rows: int  # counted rows whose videos are all counted (the rows the knobs are searched for)
+    rows_uncounted: int  # counted rows with a video vlmlint does not count (VLM109): not searched
+    knobs: tuple[VideoKnobStats, ...]
+    notes: tuple[str, ...]  # why a knob is not searched in this mode (as knob_note for images)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "rows_uncounted": self.rows_uncounted,
+            "knobs": [k.to_dict() for k in self.knobs],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
 class DatasetStats:
     dataset: str
     model: dict[str, Any]
@@ -288,6 +342,7 @@ class DatasetStats:
     knob_note: str | None  # why there is no knob (or why it was not searched)
     # Counted rows holding videos or audio clips, which are not counted (VLM109): lower-bound lengths.
     rows_lower_bound: int = 0
+    video: VideoStats | None = None  # None: no counted row holds a video
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -305,4 +360,5 @@ class DatasetStats:
             "knob": self.knob.to_dict() if self.knob else None,
             "knob_note": self.knob_note,
             "rows_lower_bound": self.rows_lower_bound,
+            "video": self.video.to_dict() if self.video else None,
         }

@@ -26,15 +26,28 @@ Two recommendations are computed from the counts, never guessed:
   A row that fits at no value (its text alone, or with its images at the smallest setting, is above
   the limit) cannot be fixed by an image setting; such rows are counted apart, and the shares are of
   the other rows.
+
+For rows with videos (issue 20), the video sampling knobs as the scan's sampling mode names them
+(video_knobs): transformers' Qwen2VLVideoProcessor `fps` / `max_frames` (only with do_sample_frames)
+and `max_pixels`, Qwen3VLVideoProcessor `fps` / `max_frames` / `size.longest_edge`; LLaMA-Factory
+0.9.5's `video_fps` / `video_maxlen` / `video_max_pixels`; ms-swift 4.6.0's (qwen-vl-utils 0.0.14)
+`FPS` / `FPS_MAX_FRAMES` / `VIDEO_MAX_PIXELS`. One knob at a time, the others at their current
+values, each on a fixed grid of values the sampler accepts, every grid value recounted exactly for
+every video row with vlmlint's own video count (VideoCollector: no monotonicity is assumed). Shares are
+of the counted video rows; rows with an uncounted video (VLM109) are counted apart.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 from vlmlint.aggregate import (  # noqa: F401 (the records stats fills; tests import them here)
     PERCENTILES,
@@ -42,12 +55,16 @@ from vlmlint.aggregate import (  # noqa: F401 (the records stats fills; tests im
     Distribution,
     KnobStats,
     Recommendation,
+    VideoKnobStats,
+    VideoRecommendation,
+    VideoStats,
     nearest_rank,
 )
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError
-from vlmlint.models.base import Knob
+from vlmlint.models.base import Knob, Run, VideoCount
 from vlmlint.models.registry import knob_for
+from vlmlint.pipelines import PipelineError
 from vlmlint.records import RowOutcome, RowResult
 
 # (label, share of rows to keep within the limit)
@@ -195,6 +212,7 @@ class StatsCollector:
         self.knob: Knob | None = knob if isinstance(knob, Knob) else None
         self.knob_note: str | None = None if isinstance(knob, Knob) else knob
         self.length_at = RowLength(scanner, self.knob) if self.knob else None
+        self.video = VideoCollector(scanner, self.limit)
 
     def add(self, outcome: RowOutcome) -> None:
         self.rows += 1
@@ -204,8 +222,11 @@ class StatsCollector:
         self.seq_lens.append(row.seq_len)
         self.lower_bound += row.lengths_lower_bound
         self.image_tokens.extend(t for t in row.image_tokens if t is not None)
+        if self.knob is not None or row.media:  # the searches render the row's messages again
+            row = outcome.complete().result
         if self.knob is not None:
-            self._search(outcome.complete().result)  # the search renders the row's messages again
+            self._search(row)
+        self.video.add(row)
 
     def _search(self, row: RowResult) -> None:
         intervals = self.fitting_intervals(row)
@@ -295,6 +316,7 @@ class StatsCollector:
             knob=knob_stats,
             knob_note=self.knob_note,
             rows_lower_bound=self.lower_bound,
+            video=self.video.result(),
         )
 
 
@@ -304,3 +326,376 @@ def collect(scanner: Scanner, outcomes: Iterable[RowOutcome], dataset: str) -> D
     for outcome in outcomes:
         collector.add(outcome)
     return collector.result()
+
+
+# -- video sampling knobs (issue 20, part 4) ----------------------------------------------------------
+
+# The grids the video knobs are searched on: values each sampler accepts (any positive fps, whole frame
+# counts, whole pixel areas), spaced about x1.5 so that a search stays a few dozen exact recounts per row.
+FPS_GRID: tuple[float, ...] = (
+    0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 24.0, 25.0, 30.0, 48.0,
+    50.0, 60.0,
+)  # fmt: skip
+FRAMES_GRID: tuple[int, ...] = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+# pixel areas in merged patches (factor^2 pixels each): a frame of n patches
+PATCHES_GRID: tuple[int, ...] = (
+    4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144,
+    8192, 12288, 16384,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VideoKnob:
+    """One video sampling setting as the scan's sampling mode names it, and how to count at another value.
+
+    `at(value)`: (the pipeline, the video settings) that sample with this knob at `value` and every
+    other setting as the scan has it; PipelineError / CountError where the sampler refuses the value.
+    """
+
+    name: str
+    mode: str
+    current: float | int
+    values: tuple[float | int, ...]  # ascending, the current value among them
+    grid: str
+    at: Callable[[float | int], tuple[Any, Any]] = field(repr=False)
+
+
+def _grid(base: Iterable[float | int], current: float | int, low: float | int = 0) -> tuple[float | int, ...]:
+    return tuple(sorted({v for v in base if v >= low} | {current}))
+
+
+def video_knobs(scanner: Scanner) -> tuple[list[VideoKnob], list[str]]:
+    """The video knobs of the scan's family and sampling mode, and a sentence for each that is not searched."""
+    if scanner.video_refusal is not None:
+        return [], [f"videos are not counted ({scanner.video_refusal}): no video knob is searched"]
+    from vlmlint.models.qwen_vl import QwenVideoSettings
+
+    family, pipeline, model = scanner.family, scanner.pipeline, scanner.model
+    name = scanner.config.pipeline
+    settings = model.video_settings
+    if not isinstance(settings, QwenVideoSettings) or name not in ("hf", "llamafactory", "swift"):
+        where = "transformers' video processor" if name == "hf" else f"--pipeline {name}"
+        return [], [
+            f"{family.title} under {where}: its video sampling knobs are not searched yet (Qwen2-VL / "
+            "Qwen2.5-VL / Qwen3-VL under transformers, --pipeline llamafactory or swift only); only the max "
+            "length is recommended for its video rows"
+        ]
+    if name != "hf":
+        return _trainer_knobs(scanner, name), []
+    processor = settings.processor
+    mode = f"transformers ({processor})"
+    knobs: list[VideoKnob] = []
+    notes: list[str] = []
+
+    def hf(field_name: str) -> Callable[[float | int], tuple[Any, Any]]:
+        return lambda value: (pipeline, dataclasses.replace(settings, **{field_name: value}))
+
+    if not settings.do_sample_frames:
+        notes.append(
+            f"fps, max_frames: {processor} keeps every frame (do_sample_frames is false), so neither applies; "
+            "set do_sample_frames: true (with fps) in video_preprocessor_config.json to sample"
+        )
+    elif settings.num_frames is not None:
+        notes.append(f"fps, max_frames: {processor} samples num_frames={settings.num_frames} frames a clip")
+    elif settings.fps is None:
+        notes.append(f"fps, max_frames: {processor} has no fps to sample with")
+    else:
+        knobs.append(
+            VideoKnob("fps", mode, settings.fps, _grid(FPS_GRID, settings.fps), _FPS_WORDS, hf("fps"))
+        )
+        low = max(settings.min_frames, 1)
+        knobs.append(
+            VideoKnob(
+                "max_frames", mode, settings.max_frames, _grid(FRAMES_GRID, settings.max_frames, low),
+                f"{_FRAMES_WORDS}, from min_frames {low}", hf("max_frames"),
+            )
+        )  # fmt: skip
+    if not settings.do_resize:
+        notes.append(f"max_pixels: {processor} does not resize (do_resize is false)")
+    else:
+        step = settings.factor**2
+        pixel_name = "size.longest_edge" if settings.qwen3 else "max_pixels"
+        what = "pixels over all frames" if settings.qwen3 else "pixels per frame"
+        knobs.append(
+            VideoKnob(
+                pixel_name, mode, settings.max_pixels,
+                _grid((n * step for n in PATCHES_GRID), settings.max_pixels, settings.min_pixels),
+                f"{what}: {_patches_words(settings.factor)}, from min_pixels {settings.min_pixels}",
+                hf("max_pixels"),
+            )
+        )  # fmt: skip
+    return knobs, notes
+
+
+_FPS_WORDS = f"{len(FPS_GRID)} rates from {FPS_GRID[0]} to {FPS_GRID[-1]} fps"
+_FRAMES_WORDS = f"{FRAMES_GRID[0]} to {FRAMES_GRID[-1]} frames, about x1.5 apart"
+
+
+def _patches_words(factor: int) -> str:
+    return (
+        f"{PATCHES_GRID[0]} to {PATCHES_GRID[-1]:,} merged patches of {factor}x{factor} "
+        f"(multiples of {factor * factor}), about x1.5 apart"
+    )
+
+
+def _trainer_knobs(scanner: Scanner, name: str) -> list[VideoKnob]:
+    """LLaMA-Factory's video_fps / video_maxlen / video_max_pixels, or swift's FPS / FPS_MAX_FRAMES /
+    VIDEO_MAX_PIXELS: each tried as `--pipeline-option KEY=value` would set it (a fresh pipeline, bound)."""
+    from vlmlint.pipelines import load_pipeline
+
+    options = dict(scanner.config.pipeline_options)
+    pipeline, model = scanner.pipeline, scanner.model
+    mode = f"--pipeline {name}"
+
+    @lru_cache(maxsize=256)
+    def bound(key: str, value: float | int) -> Any:
+        fresh = load_pipeline(name, {**options, key: value})
+        fresh.bind(model)
+        return fresh
+
+    def at(key: str) -> Callable[[float | int], tuple[Any, Any]]:
+        return lambda value: (bound(key, value), model.video_settings)
+
+    if name == "llamafactory":
+        factor = model.video_settings.factor
+        low = max(pipeline.video_min_pixels, 1)
+        return [
+            VideoKnob("video_fps", mode, pipeline.video_fps, _grid(FPS_GRID, pipeline.video_fps), _FPS_WORDS,
+                      at("video_fps")),
+            VideoKnob("video_maxlen", mode, pipeline.video_maxlen, _grid(FRAMES_GRID, pipeline.video_maxlen, 1),
+                      _FRAMES_WORDS, at("video_maxlen")),
+            VideoKnob(
+                "video_max_pixels", mode, pipeline.video_max_pixels,
+                _grid((n * factor * factor for n in PATCHES_GRID), pipeline.video_max_pixels, low),
+                f"pixels per frame, the pre-resize: {_patches_words(factor)}, from video_min_pixels {low}",
+                at("video_max_pixels"),
+            ),
+        ]  # fmt: skip
+    constants = pipeline.video_constants
+    fps = constants["FPS"]
+    max_frames = int(constants["FPS_MAX_FRAMES"])
+    knobs = [
+        VideoKnob("FPS", mode, fps, _grid(FPS_GRID, fps), _FPS_WORDS, at("FPS")),
+        VideoKnob(
+            "FPS_MAX_FRAMES", mode, max_frames,
+            _grid(FRAMES_GRID, max_frames, int(constants["FPS_MIN_FRAMES"])),
+            f"{_FRAMES_WORDS}, from FPS_MIN_FRAMES {int(constants['FPS_MIN_FRAMES'])}", at("FPS_MAX_FRAMES"),
+        ),
+    ]  # fmt: skip
+    if "VIDEO_MAX_TOKEN_NUM" not in options:  # else compat_qwen_vl_utils ignores VIDEO_MAX_PIXELS
+        assert pipeline.video_template is not None
+        factor = pipeline.video_template[1] * int(constants["SPATIAL_MERGE_SIZE"])
+        current = options.get("VIDEO_MAX_PIXELS", int(constants["VIDEO_MAX_TOKEN_NUM"]) * factor * factor)
+        low = int(constants["VIDEO_MIN_TOKEN_NUM"]) * factor * factor
+        knobs.append(
+            VideoKnob(
+                "VIDEO_MAX_PIXELS", mode, current,
+                _grid((n * factor * factor for n in PATCHES_GRID), current, low),
+                f"pixels per frame (VIDEO_MAX_TOKEN_NUM = VIDEO_MAX_PIXELS // {factor * factor}): "
+                f"{_patches_words(factor)}, from VIDEO_MIN_TOKEN_NUM's {low}",
+                at("VIDEO_MAX_PIXELS"),
+            )
+        )  # fmt: skip
+    return knobs
+
+
+Shape = tuple[tuple[Any, ...], ...]  # a row's video expansions with the run lengths left out
+
+
+class VideoRowLength:
+    """A counted video row's sequence length with its videos sampled another way, counted as the scan counts
+    it: each video through the pipeline's count_video, the family's check_videos / row_videos, the
+    expansions composed into the rendered row with its images and tokenized.
+
+    Tokenizing is skipped where it cannot change anything: the composed text writes each run of one
+    special token once (counting.TextEncoder.compose), so two samplings whose expansions differ only in
+    their runs' lengths give the same text, and their lengths differ by the runs' lengths alone. The text
+    is composed and tokenized again only for a new shape (other timestamps, frame markers or intros).
+    """
+
+    def __init__(self, scanner: Scanner) -> None:
+        self.scanner = scanner
+        self._encoders: dict[int, Any] = {}
+
+    def counts(self, row: RowResult, pipeline: Any, settings: Any) -> list[VideoCount]:
+        """The row's video counts sampled by `pipeline` with `settings` (CountError: the sampler refuses)."""
+        family = self.scanner.family
+        counts = [
+            pipeline.count_video(family, info.video, settings)
+            for info in row.media
+            if info.kind == "video" and info.video is not None
+        ]
+        if len(counts) > 1 and family.check_videos is not None:
+            family.check_videos(counts, settings)
+        if len(counts) > 1 and family.row_videos is not None:
+            counts = family.row_videos(counts, settings)
+        return counts
+
+    def shape(self, counts: list[VideoCount], settings: Any) -> tuple[Shape, int]:
+        """The expansions' text and run tokens (a run of 0 writes nothing: part of the shape), and their runs' total."""
+        expand = self.scanner.family.expand_video
+        assert expand is not None
+        shape, runs = [], 0
+        for count in counts:
+            items = []
+            for segment in expand(count, settings):
+                if isinstance(segment, Run):
+                    items.append((segment.token, segment.count == 0))
+                    runs += segment.count
+                else:
+                    items.append(segment)
+            shape.append(tuple(items))
+        return tuple(shape), runs
+
+    def composed(self, row: RowResult, counts: list[VideoCount], settings: Any) -> int:
+        """The row's length with these video counts, composed and tokenized as the engine does."""
+        scanner = self.scanner
+        encoder = self._encoders.get(id(settings))
+        if encoder is None or encoder.model.video_settings is not settings:
+            model = copy.copy(scanner.model)
+            model.video_settings = settings  # expand_video reads the model's video settings
+            encoder = copy.copy(scanner.encoder)
+            encoder.model = model
+            self._encoders = {id(settings): encoder}
+        rendered = encoder.render(row.sample.messages, videos=True)
+        images = []
+        if row.images:
+            _, found = scanner._with_counts(row.sample, row.images)
+            images = found or []
+        text, saved = encoder.compose(rendered, images, videos=tuple(counts))
+        return scanner._token_lengths([text])[0] + saved
+
+
+class _RowLengths:
+    """One row's lengths at many samplings: lengths by shape, from the scanned length and shape."""
+
+    def __init__(self, measure: VideoRowLength, row: RowResult) -> None:
+        self.measure, self.row = measure, row
+        scanner = measure.scanner
+        base = measure.counts(row, scanner.pipeline, scanner.model.video_settings)
+        shape, runs = measure.shape(base, scanner.model.video_settings)
+        assert row.seq_len is not None
+        self.known: dict[Shape, tuple[int, int]] = {shape: (row.seq_len, runs)}
+
+    def __call__(self, pipeline: Any, settings: Any) -> int | None:
+        """The length with the row's videos sampled this way; None where the sampler refuses them."""
+        try:
+            counts = self.measure.counts(self.row, pipeline, settings)
+        except CountError:
+            return None
+        shape, runs = self.measure.shape(counts, settings)
+        known = self.known.get(shape)
+        if known is None:
+            known = self.known[shape] = (self.measure.composed(self.row, counts, settings), runs)
+        length, at_runs = known
+        return length + runs - at_runs
+
+
+class _KnobSearch:
+    """One video knob: for every grid value, how many video rows are within the limit there."""
+
+    def __init__(self, knob: VideoKnob) -> None:
+        self.knob = knob
+        self.samplers: list[tuple[float | int, Any, Any]] = []
+        for value in knob.values:
+            try:
+                pipeline, settings = knob.at(value)
+            except (PipelineError, CountError):  # a value the sampler's own checks refuse
+                continue
+            self.samplers.append((value, pipeline, settings))
+        self.fitting = [0] * len(self.samplers)
+        self.fittable = self.at_current = self.unfittable = 0
+        self.unfittable_rows: list[str] = []
+
+    def add(self, lengths: _RowLengths, limit: int) -> None:
+        fits = [
+            (n := lengths(pipeline, settings)) is not None and n <= limit
+            for _, pipeline, settings in self.samplers
+        ]
+        row = lengths.row
+        if not any(fits):
+            self.unfittable += 1
+            if len(self.unfittable_rows) < UNFITTABLE_LISTED:
+                self.unfittable_rows.append(row.sample.location)
+            return
+        self.fittable += 1
+        self.at_current += row.seq_len is not None and row.seq_len <= limit
+        for position, fit in enumerate(fits):
+            self.fitting[position] += fit
+
+    def result(self, limit: int) -> VideoKnobStats:
+        found = []
+        for label, share in KEEP_SHARES:
+            need = rows_to_keep(share, self.fittable)
+            best = next(
+                (
+                    i
+                    for i in reversed(range(len(self.samplers)))
+                    if self.fitting[i] >= need and self.fitting[i]
+                ),
+                None,
+            )
+            if best is None:
+                found.append(VideoRecommendation(label, need, None, 0))
+            else:
+                value = self.samplers[best][0]
+                top = best == len(self.samplers) - 1
+                found.append(VideoRecommendation(label, need, value, self.fitting[best], top=top))
+        knob = self.knob
+        return VideoKnobStats(
+            name=knob.name,
+            mode=knob.mode,
+            current=knob.current,
+            grid=knob.grid,
+            limit=limit,
+            rows_fittable=self.fittable,
+            rows_at_current=self.at_current,
+            unfittable=self.unfittable,
+            unfittable_rows=tuple(self.unfittable_rows),
+            recommendations=tuple(found),
+        )
+
+
+class VideoCollector:
+    """The video part of `vlmlint stats`: each video knob searched over the counted rows with videos.
+
+    One knob at a time, the others at their current values; every grid value is counted exactly for
+    every row. No binary search: a row's length is NOT monotone in these knobs everywhere (LLaMA-Factory's
+    pre-resize then smart_resize's rounding: a 1 s 448x252 clip under Qwen3-VL is 40 video tokens at
+    video_max_pixels 24576 and 32 at 32768; tests/test_stats_video.py), and a sampler may refuse a clip
+    at some values only (CountError: the row does not fit there). So a row keeps the set of grid values
+    where it fits, and a share's recommendation is the largest value where enough rows fit.
+    """
+
+    def __init__(self, scanner: Scanner, limit: int | None) -> None:
+        self.limit = limit
+        self.rows = self.uncounted = 0
+        knobs, notes = video_knobs(scanner)
+        if knobs and limit is None:
+            notes = ["the model states no context length: pass --max-length to get video recommendations"]
+            knobs = []
+        if knobs and scanner.model.tokenizer is None:
+            notes, knobs = ["the model has no tokenizer: no sequence length to fit"], []
+        self.notes = tuple(notes)
+        self.searches = [_KnobSearch(knob) for knob in knobs]
+        self.measure = VideoRowLength(scanner)
+
+    def add(self, row: RowResult) -> None:
+        videos = [info for info in row.media if info.kind == "video"]
+        if not videos or row.seq_len is None:
+            return
+        if row.lengths_lower_bound or any(info.tokens is None or info.video is None for info in videos):
+            self.uncounted += 1  # VLM109 (a video or an audio clip not counted): no exact length to search
+            return
+        self.rows += 1
+        if self.searches:
+            assert self.limit is not None
+            lengths = _RowLengths(self.measure, row)
+            for search in self.searches:
+                search.add(lengths, self.limit)
+
+    def result(self) -> VideoStats | None:
+        if not self.rows and not self.uncounted:
+            return None
+        knobs = tuple(search.result(self.limit) for search in self.searches) if self.limit is not None else ()
+        return VideoStats(rows=self.rows, rows_uncounted=self.uncounted, knobs=knobs, notes=self.notes)

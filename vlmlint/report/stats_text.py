@@ -6,7 +6,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from vlmlint.aggregate import PERCENTILES, Bin, DatasetStats, Distribution, KnobStats, Recommendation
+from vlmlint.aggregate import (
+    PERCENTILES,
+    Bin,
+    DatasetStats,
+    Distribution,
+    KnobStats,
+    Recommendation,
+    VideoKnobStats,
+    VideoRecommendation,
+    VideoStats,
+)
 
 BAR_WIDTH = 40
 
@@ -121,6 +131,12 @@ def render_stats(stats: DatasetStats, console: Console, *, model_name: str) -> N
             f"now: {stats.rows_within_limit} of {stats.rows_counted} counted rows are within {stats.limit}",
             highlight=False,
         )
+    _knob_lines(stats, console)
+    if stats.video is not None:
+        _video(stats.video, console)
+
+
+def _knob_lines(stats: DatasetStats, console: Console) -> None:
     knob = stats.knob
     if knob is None:
         if stats.knob_note:
@@ -148,3 +164,67 @@ def render_stats(stats: DatasetStats, console: Console, *, model_name: str) -> N
             ),
             soft_wrap=True,
         )
+
+
+# -- videos -----------------------------------------------------------------------------------------
+
+
+def _number(value: float | int) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)  # plain digits: pasted into configs
+
+
+def _video_cell(item: VideoRecommendation, knob: VideoKnobStats) -> Text:
+    if item.value is None:
+        return Text("no grid value", style="yellow")
+    cell = Text(f"{_number(item.value)}  ({item.rows_kept}/{knob.rows_fittable} rows")
+    cell.append("; the grid's largest)" if item.top else ")")
+    return cell
+
+
+def _video(video: VideoStats, console: Console) -> None:
+    console.print(
+        Text(f"Videos: {video.rows} counted row(s) with video", style="bold")
+        + Text(
+            f", {video.rows_uncounted} more with a video vlmlint does not count (VLM109: not searched)"
+            if video.rows_uncounted
+            else ""
+        )
+    )
+    for note in video.notes:
+        console.print(Text(f"video knob: {note}", style="dim"), soft_wrap=True)
+    if not video.knobs:
+        return
+    first = video.knobs[0]
+    table = Table(
+        title=f"Video settings that fit (length limit {first.limit}; one at a time, the others as now; {first.mode})",
+        header_style="bold",
+        title_justify="left",
+    )
+    table.add_column("keep")
+    for knob in video.knobs:
+        table.add_column(f"{knob.name} (now {_number(knob.current)})")
+    for position, (label, _) in enumerate((r.keep, None) for r in first.recommendations):
+        table.add_row(label, *(_video_cell(knob.recommendations[position], knob) for knob in video.knobs))
+    console.print(table)
+    for knob in video.knobs:
+        line = (
+            f"{knob.name}: the largest value tried ({knob.grid}) that keeps the share of video rows within "
+            f"{knob.limit}, each counted exactly; the current {_number(knob.current)} keeps {knob.rows_at_current} of "
+            f"those {knob.rows_fittable} rows."
+        )
+        console.print(line, highlight=False, soft_wrap=True)
+        if knob.unfittable:
+            shown = ", ".join(knob.unfittable_rows)
+            more = (
+                f" and {knob.unfittable - len(knob.unfittable_rows)} more"
+                if knob.unfittable > len(knob.unfittable_rows)
+                else ""
+            )
+            console.print(
+                Text(
+                    f"{knob.unfittable} video row(s) fit {knob.limit:,} at no {knob.name} tried: change another "
+                    f"setting, shorten or split them; they are not in the shares above: {shown}{more}",
+                    style="yellow",
+                ),
+                soft_wrap=True,
+            )
