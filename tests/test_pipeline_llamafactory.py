@@ -109,6 +109,10 @@ def test_predictions_match_llamafactory(run, monkeypatch):
     # each video's tokens as the collator's real video processor gave them (the decoded frames)
     features = [[m.tokens for m in outcome.result.media if m.kind == "video"] for outcome in outcomes]
     assert features == [row.get("video_features", features[i]) for i, row in enumerate(run["rows"])]
+    # GLM4VPlugin's video call: vlmlint names the very TypeError LLaMA-Factory raised
+    for outcome, row in zip(outcomes, run["rows"], strict=True):
+        if row.get("error", "").startswith("TypeError: Glm"):
+            assert row["error"] in outcome.result.trainer.reason
 
 
 def _run(dataset: str, model: str, options: dict):
@@ -506,14 +510,32 @@ def test_video_sampling_is_declared_for_the_plugins_reproduced(template, samplin
     assert load_pipeline("llamafactory", {"template": template}).video_sampling == sampling
 
 
-def test_videos_of_a_template_whose_video_path_is_not_reproduced_get_vlm109():
-    outcomes = _scan("mllm_video_demo", "glm-4.1v-9b-thinking", {}, "fixtures/datasets/media")
+@pytest.mark.parametrize("model", ["glm-4.1v-9b-thinking", "glm-4.6v"])
+def test_glm_video_rows_raise_and_their_videos_stay_uncounted(model):
+    """GLM4VPlugin's video call raises on transformers 5.x (expected.json's GLM runs): VLM604 names the
+    error and the fix, and the clips get VLM109 (their lengths are lower bounds)."""
+    outcomes = _scan("mllm_video_demo", model, {}, "fixtures/datasets/media")
+    processor = "Glm46VVideoProcessor" if model == "glm-4.6v" else "Glm4vVideoProcessor"
     for outcome in outcomes:
-        assert outcome.result.trainer is None
+        fate = outcome.result.trainer
+        assert fate.status == "raise"
+        assert f"{processor}InitKwargs.__init__() got an unexpected keyword argument 'images'" in fate.reason
+        assert "patch GLM4VPlugin._get_mm_inputs" in fate.fix
+        codes = {f.code for f in outcome.findings}
+        assert {"VLM604", "VLM109"} <= codes
         (finding,) = [f for f in outcome.findings if f.code == "VLM109"]
         assert (
             "--pipeline llamafactory: the trainer's video sampling is not reproduced yet" in finding.message
         )
+
+
+def test_omni_video_rows_are_not_counted():
+    """Qwen2OmniPlugin's videos: the qwen_omni family has no video formula, so VLM109 and no fate."""
+    outcomes = _scan("mllm_video_demo", "qwen2.5-omni-7b", {}, "fixtures/datasets/media")
+    for outcome in outcomes:
+        assert outcome.result.trainer is None
+        (finding,) = [f for f in outcome.findings if f.code == "VLM109"]
+        assert "vlmlint does not count Qwen2.5-Omni / Qwen3-Omni (images) videos yet" in finding.message
 
 
 def test_the_endless_stream_and_the_header_path_in_words():

@@ -30,7 +30,8 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   only those turns and raises ValueError on a mismatch) becomes the image's tokens, as many as the
   transformers processor gives the pre-resized image (vlmlint's family count on the resized size);
 - videos (templates qwen2_vl, qwen3_vl_nothink, qwen3_vl: `video_sampling` "llamafactory"; the other
-  templates' rows with videos are not counted, VLM109), data/mm_plugin.py: `_get_video_sample_indices`
+  templates' rows with videos are not counted, VLM109; GLM4VPlugin's templates glm4v, glm4_5v and
+  glm_ocr raise on every row with a video, as below), data/mm_plugin.py: `_get_video_sample_indices`
   keeps np.linspace(0, frames - 1, min(frames, video_maxlen, max(1, floor(stream duration *
   video_fps)))) of a clip whose header gives a frame count, else (MKV/WebM) the first video_maxlen
   frames; Qwen2VLPlugin._regularize_videos decodes them with PyAV (stored size, no rotation), pads an
@@ -45,6 +46,18 @@ Reproduced from the llamafactory 0.9.5 wheel on PyPI (src/llamafactory/...):
   <|vision_end|>, video 1's group count for every video and the timestamps of video_metadata[i], i the
   message's index (an IndexError for a video in a later message; a crash for videos of different
   lengths). The features always come from the decoded frames;
+- GLM4VPlugin's videos (glm4v, glm4_5v, glm_ocr): `_get_mm_inputs` decodes and pre-resizes the frames as
+  Qwen2VLPlugin does, then calls `video_processor(images=None, videos=..., video_metadata=[{"fps": 2,
+  "duration": ..., "total_frames": ...}])`. On transformers 5.24 (and 5.6.0, the newest 0.9.5 allows:
+  the same typed kwargs check) Glm4vVideoProcessor / Glm46VVideoProcessor raise TypeError on the
+  `images` keyword, so every row with a video stops the run ("raise", GLM_VIDEO_RAISES); VideoMetadata
+  has no `total_frames` either, and the processor returns no `timestamps`, so a patched call would
+  still write timestamp 0 after every frame group;
+- Qwen2OmniPlugin's videos (qwen2_omni, qwen3_omni_nothink, qwen3_omni) are not counted (VLM109): the
+  plugin always decodes (no header path) and hands Qwen2VLVideoProcessor the frames, which the
+  qwen_omni family has no video hooks to count (its raw processor adds its own videos_kwargs); with
+  `use_audio_in_video` the plugin interleaves audio chunks measured by the feature extractor on
+  torchaudio-decoded samples, which no header gives;
 - truncation, data/processor/supervised.py `SupervisedDatasetProcessor._encode_data_example` with
   `infer_seqlen` (data/processor/processor_utils.py): turn pairs (prompt, answer) are cut one after
   the other against what is left of `cutoff_len` (default 2048, hparams/data_args.py); the remaining
@@ -123,6 +136,8 @@ class LfTemplate:
     # "": none, the row's videos are not counted) and the video token it repeats.
     video_plugin: str = ""
     video_token: str = ""
+    # The plugin raises on every row with a video (GLM4VPlugin on transformers 5.x: GLM_VIDEO_RAISES).
+    video_raises: bool = False
 
     def image_text(self, image: int) -> str:
         """What process_messages writes for the row's image `image`, its image token once."""
@@ -143,6 +158,12 @@ class LfTemplate:
         begin, end = (re.escape(word) for word in self.thought_words)
         return re.sub(f"{begin}(.*?){end}", "", content, flags=re.DOTALL).lstrip("\n")
 
+
+# GLM4VPlugin._get_mm_inputs (0.9.5) calls `video_processor(images=None, videos=frames,
+# video_metadata=[{"fps": 2, "duration": ..., "total_frames": ...}])`: the video processor's typed
+# kwargs check (transformers 5.24; 5.6.0, the newest LLaMA-Factory 0.9.5 allows, has it too) refuses
+# `images` before any frame is processed, and VideoMetadata has no `total_frames` field either.
+GLM_VIDEO_RAISES = "TypeError: {processor}InitKwargs.__init__() got an unexpected keyword argument 'images'"
 
 _CHATML_USER = ("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n",)
 _CHATML_ASSISTANT = ("{{content}}<|im_end|>\n",)
@@ -230,6 +251,7 @@ TEMPLATES: dict[str, LfTemplate] = {
                 vision_eos="<|end_of_image|>",
                 reasoning=name != "glm_ocr",  # glm_ocr is a plain Template
                 efficient_eos=True,
+                video_raises=True,
             )
             # glm4v and glm4_5v differ in their tool formats only (tool turns are not counted)
             for name in ("glm4v", "glm4_5v", "glm_ocr")
@@ -823,6 +845,11 @@ class LlamaFactoryPipeline(Pipeline):
                 reason=f"LLaMA-Factory skips the row ({problem}); it never trains",
                 fix="make the turns alternate user/assistant, from a user turn to an assistant answer",
             )
+        if self.template.video_raises and (
+            any(info.kind == "video" for info in result.media)
+            or any(part.media == "video" for message in messages for part in message.parts)
+        ):
+            return self._glm_video_raises()
         expansions = [self._expansion(index, count) for index, count in enumerate(row.counts)]
         mismatch = None
         if any(part.media == "video" for message in messages for part in message.parts):
@@ -856,6 +883,20 @@ class LlamaFactoryPipeline(Pipeline):
         if mismatch is not None and fate.status != "crash":
             fate = dataclasses.replace(fate, status="crash", reason=mismatch[0], fix=mismatch[1])
         return fate
+
+    def _glm_video_raises(self) -> TrainerFate:
+        """GLM4VPlugin's video call, which transformers 5.x's GLM video processors refuse (GLM_VIDEO_RAISES)."""
+        settings = self._model.video_settings if self._model is not None else None
+        processor = getattr(settings, "processor", None) or "Glm4vVideoProcessor"
+        error = GLM_VIDEO_RAISES.format(processor=processor)
+        return self._fate(
+            "raise",
+            reason=f"LLaMA-Factory {VERSION}'s GLM4VPlugin hands the row's videos to {processor} with "
+            f"images=None, which transformers refuses: {error} (every row with a video stops the run; "
+            "its video_metadata's total_frames is no VideoMetadata field either)",
+            fix="train GLM on images only with LLaMA-Factory 0.9.5, or patch GLM4VPlugin._get_mm_inputs "
+            "(no images=None; total_num_frames for total_frames)",
+        )
 
     def _expansion(self, index: int, count: Any) -> tuple[str, tuple[int, ...]]:
         """The text process_messages writes for image `index`, each run of its image token written once,
