@@ -27,8 +27,17 @@ def test_the_installed_release_is_supported():
 
 def test_an_older_release_is_refused_at_load_naming_the_one_to_install(monkeypatch):
     monkeypatch.setattr(compat, "transformers_version", lambda: "5.4.0")
-    with pytest.raises(ModelError, match=r"5\.4\.0 is older.*pip install 'transformers>=5\.5\.0,<6'"):
+    with pytest.raises(ModelError, match=r"5\.4\.0 is older.*pip install 'transformers>=5\.5\.0,<5\.25\.0'"):
         load_model("qwen2-vl")
+
+
+def test_a_release_past_the_proven_range_is_refused_unless_allowed(monkeypatch):
+    monkeypatch.setattr(compat, "transformers_version", lambda: "5.25.0")
+    monkeypatch.delenv(compat.ALLOW_UNTESTED, raising=False)
+    with pytest.raises(ModelError, match=r"5\.25\.0 is newer.*pip install 'transformers>=5\.5\.0,<5\.25\.0'"):
+        load_model("qwen2-vl", light=False)
+    monkeypatch.setenv(compat.ALLOW_UNTESTED, "1")
+    assert compat.too_old() is None and "counts may differ" in compat.untested()
 
 
 def test_processor_since_agrees_with_the_installed_release():

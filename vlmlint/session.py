@@ -157,6 +157,10 @@ class ScanSession:
         self.scanner = load_scanner(self.config)
         if self.scanner.model.notice and notice is not None:
             notice(f"vlmlint: {self.scanner.model.notice}")
+        from vlmlint.models.compat import untested
+
+        if notice is not None and untested() is not None:  # loaded past the proven range on request
+            notice(f"vlmlint: warning: {untested()}")
         if engine == "ray":  # the same scan as a Ray Data job; a Ray it starts stops at exit
             from vlmlint.ray_engine import RayExecutor, RayUnavailable
 

@@ -15,6 +15,7 @@ from 5.18 on. Nothing here imports torch.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,24 +41,55 @@ PROCESSOR_SINCE: dict[str, str] = {
 MIN_TRANSFORMERS = "5.5.0"
 
 
+# The first release vlmlint's formulas are NOT proven on (pyproject.toml's range ends below it). 5.25.0
+# changed what several processors give (InternVL's image runs 256 -> 258 tokens, Gemma4Processor loads a
+# feature extractor, new model types): counting on it would be confident wrong numbers, so it is refused
+# at load until the families follow it. VLMLINT_ALLOW_UNTESTED_TRANSFORMERS=1 lets it load anyway (for
+# porting work), with a notice on every scan.
+FIRST_UNPROVEN = "5.25.0"
+ALLOW_UNTESTED = "VLMLINT_ALLOW_UNTESTED_TRANSFORMERS"
+SUPPORTED_RANGE = f">={MIN_TRANSFORMERS},<{FIRST_UNPROVEN}"
+
+
 def too_old() -> str | None:
-    """Why the installed transformers cannot serve, naming the release to install; None when it can."""
+    """Why the installed transformers cannot serve, naming the release to install; None when it can
+    (outside the proven range but allowed by ALLOW_UNTESTED: `untested()` says so)."""
     from packaging.version import Version
 
     installed = transformers_version()
-    if Version(installed) >= Version(MIN_TRANSFORMERS):
+    if Version(installed) < Version(MIN_TRANSFORMERS):
+        return (
+            f"the installed transformers {installed} is older than vlmlint supports ({MIN_TRANSFORMERS} or "
+            f"later: the image processors of {installed} need torch or are read differently); "
+            f"pip install 'transformers{SUPPORTED_RANGE}'"
+        )
+    if untested() is not None and os.environ.get(ALLOW_UNTESTED) != "1":
+        return (
+            f"the installed transformers {installed} is newer than the releases vlmlint's counts are proven on "
+            f"({MIN_TRANSFORMERS} to the last before {FIRST_UNPROVEN}; its processors changed): "
+            f"pip install 'transformers{SUPPORTED_RANGE}', or set {ALLOW_UNTESTED}=1 to count anyway"
+        )
+    return None
+
+
+def untested() -> str | None:
+    """A notice when the installed release is past the proven range (None inside it)."""
+    from packaging.version import Version
+
+    installed = transformers_version()
+    if Version(installed) < Version(FIRST_UNPROVEN):
         return None
     return (
-        f"the installed transformers {installed} is older than vlmlint supports ({MIN_TRANSFORMERS} or later: "
-        f"the image processors of {installed} need torch or are read differently); "
-        f"pip install 'transformers>={MIN_TRANSFORMERS},<6'"
+        f"transformers {installed} is newer than vlmlint's counts are proven on (below {FIRST_UNPROVEN}): "
+        "counts may differ from its processors"
     )
 
 
 def transformers_version() -> str:
-    import transformers
+    """The installed release, from its metadata (no import of transformers: the light path needs none)."""
+    from importlib.metadata import version
 
-    return str(transformers.__version__)
+    return version("transformers")
 
 
 def has_class(name: str) -> bool:
