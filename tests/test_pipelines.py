@@ -15,13 +15,21 @@ MODEL = str(PROCESSORS / "qwen2-vl")
 
 
 def test_registry_names_every_preset():
-    assert list(PIPELINES) == ["hf", "internvl", "llamafactory", "qwen-vl-finetune", "swift", "trl"]
+    assert list(PIPELINES) == [
+        "hf",
+        "axolotl",
+        "internvl",
+        "llamafactory",
+        "qwen-vl-finetune",
+        "swift",
+        "trl",
+    ]
     assert type(load_pipeline("hf")) is Pipeline
 
 
 def test_unknown_preset_and_option_are_refused():
     with pytest.raises(PipelineError, match="unknown --pipeline"):
-        load_pipeline("axolotl")
+        load_pipeline("unsloth")
     with pytest.raises(PipelineError, match="unknown option"):
         load_pipeline("hf", {"cutoff_len": 10})
 
@@ -35,7 +43,7 @@ def test_hf_predicts_nothing_and_keeps_sizes():
 def test_cli_refuses_a_bad_pipeline_with_one_line():
     runner = CliRunner()
     base = ["scan", str(DATASETS / "llava"), "--model", MODEL, "-q", "--verify", "0"]
-    result = runner.invoke(app, [*base, "--pipeline", "axolotl"])
-    assert result.exit_code == 2 and "unknown --pipeline 'axolotl'" in result.output
+    result = runner.invoke(app, [*base, "--pipeline", "unsloth"])
+    assert result.exit_code == 2 and "unknown --pipeline 'unsloth'" in result.output
     result = runner.invoke(app, [*base, "--pipeline-option", "nonsense"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.output

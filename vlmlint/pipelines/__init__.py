@@ -1,4 +1,4 @@
-"""Trainer pipeline presets, one explicit registry: `--pipeline hf|internvl|llamafactory|qwen-vl-finetune|swift|trl`.
+"""Trainer pipeline presets, one explicit registry: `--pipeline hf|axolotl|internvl|llamafactory|qwen-vl-finetune|swift|trl`.
 
 Modules are imported only when their preset is asked for (vlmlint/pipelines/base.py explains presets).
 """
@@ -15,6 +15,7 @@ from vlmlint.records import TrainerFate
 # name -> "module:Class"
 PIPELINES: dict[str, str] = {
     "hf": "vlmlint.pipelines.base:Pipeline",
+    "axolotl": "vlmlint.pipelines.axolotl:AxolotlPipeline",
     "internvl": "vlmlint.pipelines.internvl:InternVLPipeline",
     "llamafactory": "vlmlint.pipelines.llamafactory:LlamaFactoryPipeline",
     "qwen-vl-finetune": "vlmlint.pipelines.qwen_vl_finetune:QwenVLFinetunePipeline",

@@ -60,11 +60,16 @@ class PlaceholderCountMismatch(Rule):
                 fix += " or add the missing image" + ("s" if row.placeholders - images > 1 else "")
             else:
                 fix = f"add {images - row.placeholders} more <image> placeholder(s) where the images belong"
-            yield self.finding(
-                row,
-                f"{row.placeholders} image placeholder(s) in the text but {images} image(s) in the row",
-                fix,
-            )
+            message = f"{row.placeholders} image placeholder(s) in the text but {images} image(s) in the row"
+            if row.placeholders == 0 and row.sample.messages:
+                # No placeholder at all: the processor places images only where the text holds one;
+                # axolotl's collator appends the first image to the first user turn instead.
+                message += (
+                    " (the processor puts an image only where the text has a placeholder; axolotl "
+                    "appends the row's first image to the first user turn)"
+                )
+                fix += ", or, if axolotl trains on this data, scan with --pipeline axolotl"
+            yield self.finding(row, message, fix)
         elif row.count_error and row.count_error.startswith("placeholder:"):
             yield self.finding(
                 row,
