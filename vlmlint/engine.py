@@ -158,6 +158,9 @@ def _fast_lengths(model: Model, add_special_tokens: bool) -> Any:
     tiktoken for the built-in Qwen profiles (models/qwen_lengths.py), else the Rust batch encoder."""
     if model.tokenizer is None:
         return None
+    light = getattr(model.tokenizer, "length_counter", None)
+    if light is not None:  # a built-in profile loaded without transformers (vlmlint/light.py)
+        return light()
     from vlmlint.models.profiles import find_profile
     from vlmlint.models.qwen_lengths import counter_for
 
@@ -214,6 +217,9 @@ class Scanner:
             config.model,
             trust_remote_code=config.trust_remote_code,
             processor_options=config.processor_options,
+            # a built-in profile without transformers where the formula counts with the processor's
+            # own text path (a trainer's pipeline asks the real tokenizer more: vlmlint/light.py)
+            light=config.pipeline == "hf" and not config.exact,
         )
         self.family = self.model.family
         self.rules = [rule() for rule in rules if config.rule_enabled(rule.code)]

@@ -230,7 +230,12 @@ def _bounded_join(join: Any) -> Any:
 
 def _transformers_compile() -> Any:
     """transformers' template compiler: _cached_compile_jinja_template from 5.3.0, _compile_jinja_template
-    in 5.0 to 5.2 (the same sandboxed environment, filters and globals)."""
+    in 5.0 to 5.2 (the same sandboxed environment, filters and globals); on the release vlmlint/light.py
+    reproduces, its copy of that environment, so that rendering does not import transformers."""
+    from vlmlint import light
+
+    if light.templates_light():
+        return light.compile_jinja_template
     from transformers.utils import chat_template_utils as utils
 
     return getattr(utils, "_cached_compile_jinja_template", None) or utils._compile_jinja_template
@@ -240,6 +245,10 @@ def _prepared(conversation: Any) -> Any:
     """The messages as the installed transformers' render_jinja_template hands them to the template: plain
     data (_plain_template_data, 5.23+) with reasoning fields aliased (_alias_reasoning_fields, 5.21+);
     earlier releases pass the messages as given (vlmlint's rows are plain JSON data already)."""
+    from vlmlint import light
+
+    if light.templates_light():
+        return light.alias_reasoning_fields(light.plain_template_data(conversation))
     from transformers.utils import chat_template_utils as utils
 
     plain = getattr(utils, "_plain_template_data", None)
@@ -249,6 +258,10 @@ def _prepared(conversation: Any) -> Any:
 
 
 def _prepared_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from vlmlint import light
+
+    if light.templates_light():
+        return light.plain_template_data(kwargs)
     from transformers.utils import chat_template_utils as utils
 
     plain = getattr(utils, "_plain_template_data", None)  # 5.23+; earlier, the kwargs as given

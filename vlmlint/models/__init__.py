@@ -89,6 +89,12 @@ class Model:
         ms = getattr(self.settings, "ms_per_row", None) if timing else None
         return "real processor (fallback" + (f": {ms:.1f} ms/row)" if ms is not None else ")")
 
+    def _image_processor_name(self) -> str:
+        return type(self.image_processor).__name__
+
+    def _tokenizer_name(self) -> str | None:
+        return type(self.tokenizer).__name__ if self.tokenizer is not None else None
+
     def describe(self, timing: bool = False) -> dict[str, Any]:
         settings = (
             dataclasses.asdict(self.settings)
@@ -100,8 +106,8 @@ class Model:
             "family": self.family.name,
             "counted_by": self.counted_by(timing),
             "processor_class": self.processor_class,
-            "image_processor": type(self.image_processor).__name__,
-            "tokenizer": type(self.tokenizer).__name__ if self.tokenizer is not None else None,
+            "image_processor": self._image_processor_name(),
+            "tokenizer": self._tokenizer_name(),
             "chat_template": self.chat_template is not None,
             "max_position_embeddings": self.max_position_embeddings,
             "image_settings": dict(settings),
@@ -339,6 +345,7 @@ def load_model(
     trust_remote_code: bool = False,
     force_fallback: bool = False,
     processor_options: Mapping[str, Any] | None = None,
+    light: bool = False,
 ) -> Model:
     """Load what vlmlint needs of a processor folder, built-in profile or hub id, without torch.
 
@@ -346,14 +353,22 @@ def load_model(
     No name means the default profile (qwen2-vl). `force_fallback`: count with the real processor even
     where a family has a formula (tests prove the two agree). `processor_options` (--processor-option):
     image processor keys set as if the processor's file held them (apply_processor_options).
+    `light`: a built-in profile the formula counts (vlmlint/light.py) loads without transformers; the
+    image processor and the transformers tokenizer then load on first use (--exact, the self-check).
     """
-    from vlmlint.models import compat, profiles
+    from vlmlint.models import profiles
 
-    if compat.too_old() is not None:
-        raise ModelError(compat.too_old())
     if name is None:
         name = profiles.DEFAULT_PROFILE
     profile = None if os.path.isdir(name) else profiles.find_profile(name)
+    if light and profile is not None and not (trust_remote_code or force_fallback or processor_options):
+        model = _load_light(profile)
+        if model is not None:
+            return model
+    from vlmlint.models import compat
+
+    if compat.too_old() is not None:
+        raise ModelError(compat.too_old())
     if profile is None:
         if not os.path.isdir(name):
             refusal = _not_a_model(name, profiles.PROFILES) or _hub_unreachable(name)
@@ -670,4 +685,114 @@ def _load_processor(
         max_position_embeddings=_max_position_embeddings(model_config),
         processor_class=processor_class,
         image_processor_type=image_processor_type,
+    )
+
+
+# --- built-in profiles without transformers (vlmlint/light.py) -----------------------------------------
+
+
+class LightModel(Model):
+    """A Model whose image processor is loaded on first use (--exact, the self-check), as load_model's
+    ordinary path would load it; its names for describe() are the ones that path gives."""
+
+    def __init__(self, *args: Any, image_processor_name: str, folder: str, **kwargs: Any) -> None:
+        self._image_processor_loaded: Any = None
+        self._image_processor_class = image_processor_name
+        self._folder = folder
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def image_processor(self) -> Any:
+        if self._image_processor_loaded is None:
+            _quiet_transformers()
+            family = self.family
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                image_config = _read_json(self._folder, "preprocessor_config.json")
+                self._image_processor_loaded = _load_image_processor(
+                    self._folder, family, image_config, False
+                )
+        return self._image_processor_loaded
+
+    @image_processor.setter
+    def image_processor(self, value: Any) -> None:
+        if value is not None:
+            self._image_processor_loaded = value
+
+    def _image_processor_name(self) -> str:
+        if self._image_processor_loaded is not None:
+            return type(self._image_processor_loaded).__name__
+        return self._image_processor_class
+
+    def _tokenizer_name(self) -> str | None:
+        return getattr(self.tokenizer, "class_name", None) or super()._tokenizer_name()
+
+
+def _load_real_tokenizer(folder: str) -> Any:
+    """The transformers tokenizer of a profile folder (a LightTokenizer's, on first use)."""
+    _quiet_transformers()
+    from transformers import AutoTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoTokenizer.from_pretrained(folder)
+
+
+def _load_light(profile: Any) -> Model | None:
+    """The profile's model as the ordinary path would give it, without transformers; None where
+    vlmlint/light.py does not cover the profile (or this transformers), and the ordinary path runs."""
+    from vlmlint import light
+    from vlmlint.models import profiles
+
+    if light.env_disabled():
+        return None
+    try:
+        folder = profiles.profile_folder(profile)
+        files = light.light_profile(profile, folder)
+        if files is None:
+            return None
+        bpe_file = light.bpe_file()
+    except (profiles.ProfileError, OSError, ValueError):
+        return None  # the ordinary path says what is wrong
+    family: Family = files["family"]
+    name = str(folder)
+    tokenizer = light.LightTokenizer(name, "Qwen2Tokenizer", files["tokenizer_config"], bpe_file)
+    processor_settings = {
+        "tokenizer_init_kwargs": None,  # not read by the light families
+        "tokenizer_image_token": tokenizer.image_token,
+        "tokenizer_bos_token": tokenizer.bos_token,
+    }
+    try:
+        image_config = files["image_config"]
+        check_image_config(image_config)
+        settings = family.settings_from(
+            light.qwen_image_attributes(image_config), processor_settings, files["model_config"]
+        )
+        check_settings(settings)
+        family = family.bound(settings)
+    except Exception:  # noqa: BLE001 (the ordinary path gives the refusal)
+        return None
+    chat_template = light.chat_template_of(folder, files["tokenizer_config"])
+    _probe_template(name, chat_template, tokenizer)
+    processor_class = files["processor_class"]
+    video_settings, video_refusal = _video_settings(
+        name, family, files["processor_config"], files["model_config"], settings, processor_class
+    )
+    return LightModel(
+        image_processor_name=light.image_processor_name(image_config),
+        folder=name,
+        video_settings=video_settings,
+        video_refusal=video_refusal,
+        name=profile.name,
+        family=family,
+        settings=settings,
+        image_processor=None,
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+        max_position_embeddings=_max_position_embeddings(files["model_config"]),
+        processor_class=processor_class,
+        image_processor_type=image_config.get("image_processor_type"),
+        profile=profile.name,
+        checkpoint=profile.checkpoint,
+        text_tokens_estimated=profile.text_tokens_estimated,
     )

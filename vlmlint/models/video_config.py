@@ -41,9 +41,16 @@ _UNKNOWN = object()
 
 @cache
 def transformers_dir() -> Path:
-    import transformers
+    """The installed transformers' package folder, found without importing it (a built-in profile's
+    scan never imports transformers: vlmlint/light.py)."""
+    import importlib.util
 
-    return Path(transformers.__file__).parent
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        import transformers  # not found by its spec: its own error
+
+        return Path(transformers.__file__).parent
+    return Path(spec.origin).parent
 
 
 def _literal(node: ast.AST) -> Any:
