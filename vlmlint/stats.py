@@ -209,8 +209,17 @@ class StatsCollector:
             knob = "the model states no context length: pass --max-length to get an image-size recommendation"
         if isinstance(knob, Knob) and scanner.model.tokenizer is None:
             knob = "the model has no tokenizer: no sequence length to fit"
+        # A trainer that sizes images itself (its own option, e.g. LLaMA-Factory's image_max_pixels): that
+        # option is the knob, named as the trainer names it, searched on a grid (TrainerImageSearch).
+        self.trainer: TrainerImageSearch | None = None
+        if isinstance(knob, Knob):
+            trainer = trainer_image_search(scanner, knob, self.limit)
+            if isinstance(trainer, str):
+                knob = trainer
+            elif trainer is not None:
+                self.trainer, knob = trainer, "searched as the trainer's option"
         self.knob: Knob | None = knob if isinstance(knob, Knob) else None
-        self.knob_note: str | None = None if isinstance(knob, Knob) else knob
+        self.knob_note: str | None = None if isinstance(knob, Knob) or self.trainer else knob
         self.length_at = RowLength(scanner, self.knob) if self.knob else None
         self.video = VideoCollector(scanner, self.limit)
 
@@ -226,6 +235,8 @@ class StatsCollector:
             row = outcome.complete().result
         if self.knob is not None:
             self._search(row)
+        if self.trainer is not None:
+            self.trainer.add(row)
         self.video.add(row)
 
     def _search(self, row: RowResult) -> None:
@@ -281,7 +292,7 @@ class StatsCollector:
 
     def result(self) -> DatasetStats:
         scanner = self.scanner
-        knob_stats = None
+        knob_stats = self.trainer.result() if self.trainer is not None else None
         if self.knob is not None:
             knob = self.knob
             knob_stats = KnobStats(
@@ -318,6 +329,119 @@ class StatsCollector:
             rows_lower_bound=self.lower_bound,
             video=self.video.result(),
         )
+
+
+class TrainerImageSearch:
+    """The trainer's own image-size option (Pipeline.image_size_option: LLaMA-Factory's image_max_pixels,
+    swift's max_pixels, Qwen's fine-tune script's max_pixels), searched as `--pipeline-option KEY=value`
+    would set it: a fresh pipeline per grid value, each image recounted by its count_image (the trainer's
+    pre-resize, then the family's formula). Only for families whose image expansion holds no text that
+    changes with the size (Knob.text_unchanged), so a row's length at a value is its scanned length plus
+    the change in its image runs. Every grid value is counted for every row (no binary search: a
+    pre-resize then smart_resize's rounding is not monotone everywhere), and a share's recommendation is
+    the largest grid value where enough rows fit.
+    """
+
+    def __init__(
+        self, scanner: Scanner, name: str, values: tuple[int, ...], current: int, grid: str, limit: int
+    ):
+        from vlmlint.pipelines import load_pipeline
+
+        self.scanner, self.name, self.current, self.grid, self.limit = scanner, name, current, grid, limit
+        options = dict(scanner.config.pipeline_options)
+        self.pipelines: list[tuple[int, Any]] = []
+        for value in values:
+            try:
+                fresh = load_pipeline(scanner.config.pipeline, {**options, name: value})
+                fresh.bind(scanner.model)
+            except (PipelineError, CountError):  # a value the trainer's own checks refuse
+                continue
+            self.pipelines.append((value, fresh))
+        self.fitting = [0] * len(self.pipelines)
+        self.fittable = self.at_current = self.unfittable = 0
+        self.unfittable_rows: list[str] = []
+        family, settings = scanner.family, scanner.model.settings
+        self._tokens = lru_cache(maxsize=65536)(
+            lambda position, height, width, images: (
+                self.pipelines[position][1].count_image(family, height, width, settings, images).tokens
+            )
+        )
+
+    def length(self, row: RowResult, position: int) -> int | None:
+        """The row's length with the option at the position's value; None where an image is refused."""
+        assert row.seq_len is not None
+        n, length = len(row.images), row.seq_len
+        for info, tokens in zip(row.images, row.image_tokens, strict=True):
+            if tokens is None:
+                continue  # an unreadable image counts nothing at any value
+            try:
+                length += self._tokens(position, info.height, info.width, n) - tokens
+            except CountError:
+                return None
+        return length
+
+    def add(self, row: RowResult) -> None:
+        fits = [
+            (n := self.length(row, i)) is not None and n <= self.limit for i in range(len(self.pipelines))
+        ]
+        if not any(fits):
+            self.unfittable += 1
+            if len(self.unfittable_rows) < UNFITTABLE_LISTED:
+                self.unfittable_rows.append(row.sample.location)
+            return
+        self.fittable += 1
+        self.at_current += row.seq_len is not None and row.seq_len <= self.limit
+        for position, fit in enumerate(fits):
+            self.fitting[position] += fit
+
+    def result(self) -> KnobStats:
+        found = []
+        for label, share in KEEP_SHARES:
+            need = rows_to_keep(share, self.fittable)
+            best = next(
+                (
+                    i
+                    for i in reversed(range(len(self.pipelines)))
+                    if self.fitting[i] >= need and self.fitting[i]
+                ),
+                None,
+            )
+            if best is None:
+                found.append(Recommendation(label, need, None, 0))
+            else:
+                found.append(Recommendation(label, need, self.pipelines[best][0], self.fitting[best]))
+        low = self.pipelines[0][0] if self.pipelines else self.current
+        return KnobStats(
+            name=self.name,
+            current=self.current,
+            step=0,  # an explicit grid, not multiples of a step
+            low=low,
+            grid=self.grid,
+            limit=self.limit,
+            rows_fittable=self.fittable,
+            rows_at_current=self.at_current,
+            unfittable=self.unfittable,
+            unfittable_rows=tuple(self.unfittable_rows),
+            recommendations=tuple(found),
+        )
+
+
+def trainer_image_search(scanner: Scanner, knob: Knob, limit: int | None) -> TrainerImageSearch | str | None:
+    """The search of the trainer's image-size option when the scan's pipeline has one (None: it has not,
+    the processor's knob is searched), or a sentence saying why it is not searched."""
+    option = scanner.pipeline.image_size_option()
+    if option is None or limit is None or scanner.model.tokenizer is None:
+        return None
+    name, current, low = option
+    if not knob.text_unchanged:
+        return (
+            f"--pipeline {scanner.config.pipeline}'s {name} is not searched for {scanner.family.title} (its image "
+            "expansion holds text that changes with the size); only the max length is recommended"
+        )
+    step = knob.step
+    values = _grid((n * step for n in PATCHES_GRID), current, max(low, 1))
+    grid = f"{_patches_words(int(math.isqrt(step)))}, and the current {current}, from {max(low, 1)}; each value set as --pipeline-option {name}=VALUE"
+    return TrainerImageSearch(scanner, name, tuple(int(v) for v in values), current, grid, limit)
 
 
 def collect(scanner: Scanner, outcomes: Iterable[RowOutcome], dataset: str) -> DatasetStats:

@@ -99,6 +99,12 @@ class Pipeline:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""
         return height, width
 
+    def image_size_option(self) -> tuple[str, int, int] | None:
+        """The trainer's own option that sizes images (`vlmlint stats` recommends it, as the trainer names
+        it): (its --pipeline-option key, the current value, the smallest value it takes); None when the
+        trainer leaves the size to the processor (its knob is searched)."""
+        return None
+
     def prepare(self, sample: Sample) -> Sample:
         """The row as the trainer reads it (its own edits to the conversation); unchanged here."""
         return sample

@@ -693,6 +693,9 @@ class LlamaFactoryPipeline(Pipeline):
 
     # -- images -----------------------------------------------------------------------------------
 
+    def image_size_option(self) -> tuple[str, int, int] | None:
+        return "image_max_pixels", self.max_pixels, max(self.min_pixels, 1)
+
     def resize(self, height: int, width: int) -> tuple[int, int]:
         qwen = self.template is not None and self.template.plugin in _QWEN2VL_PREPROCESS
         width, height = preprocess_size(width, height, self.max_pixels, self.min_pixels, qwen)

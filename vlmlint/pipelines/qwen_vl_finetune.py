@@ -177,6 +177,11 @@ class QwenVLFinetunePipeline(Pipeline):
 
     # -- images ------------------------------------------------------------------------------------
 
+    def image_size_option(self) -> tuple[str, int, int] | None:
+        """The script's --max_pixels where it reaches the processor (transformers 4); on 5 it does not, and
+        the processor's own max_pixels is the knob."""
+        return ("max_pixels", self.max_pixels, max(self.min_pixels, 1)) if self.pixels_applied else None
+
     def count_image(
         self, family: Family, height: int, width: int, settings: Any, images_in_row: int
     ) -> ImageCount:

@@ -530,6 +530,10 @@ class SwiftPipeline(Pipeline):
         last_is_answer = row.sample.messages[-1].role is Role.ASSISTANT
         return before, sizes[2] if last_is_answer else 0
 
+    def image_size_option(self) -> tuple[str, int, int] | None:
+        """`--max_pixels` when set (swift's rescale_image); unset, the processor's own knob sizes images."""
+        return None if self.max_pixels is None else ("max_pixels", self.max_pixels, 1)
+
     def resize(self, height: int, width: int) -> tuple[int, int]:
         """swift's `rescale_image(img, max_pixels)`: the same aspect ratio at max_pixels, truncated."""
         if self.max_pixels is None or width * height <= self.max_pixels:

@@ -143,7 +143,8 @@ def _knob_lines(stats: DatasetStats, console: Console) -> None:
             console.print(Text(f"image-size knob: {stats.knob_note}", style="dim"), soft_wrap=True)
         return
     console.print(
-        f"{knob.name}: the largest value on the processor's grid ({knob.grid}) that keeps the share of "
+        f"{knob.name}: the largest value on the {'processor' if knob.step else 'trainer'}'s grid ({knob.grid}) "
+        "that keeps the share of "
         f"rows within {knob.limit}; the current {knob.name}={knob.current} keeps "
         f"{knob.rows_at_current} of those {knob.rows_fittable} rows.",
         highlight=False,
