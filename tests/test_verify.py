@@ -50,9 +50,15 @@ def test_the_sample_is_the_same_every_run():
 
 
 def test_cli_reports_the_verification():
-    result = CliRunner().invoke(app, ["scan", str(DATASETS / "llava"), "--model", MODEL, "--format", "json"])
+    """32 rows when the time allows; the two rows above the pixel budget (1.5 MP) are said, never decoded."""
+    args = ["scan", str(DATASETS / "llava"), "--model", MODEL, "--format", "json"]
+    result = CliRunner().invoke(app, [*args, "--verify-budget", "600"])
     assert result.exit_code == 0
-    assert orjson.loads(result.stdout)["summary"]["verify"] == {"rows": 32, "disagreements": 0}
+    verify = orjson.loads(result.stdout)["summary"]["verify"]
+    assert (verify["rows"], verify["disagreements"], verify["left_by_time_budget"]) == (32, 0, 0)
+    assert verify["strata"]["<=6MP"] == {"rows": 2, "checked": 0, "above_pixel_budget": 2}
+    default = orjson.loads(CliRunner().invoke(app, args).stdout)["summary"]["verify"]  # the time budget
+    assert 1 <= default["rows"] <= 32 and default["rows"] + default["left_by_time_budget"] == 32
 
 
 VERIFY_MODELS = [

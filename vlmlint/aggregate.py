@@ -59,6 +59,7 @@ class Summary:
     verified_rows: int | None = None  # rows rechecked by --verify (None: not run)
     verify_disagreements: int = 0
     verify_skipped: str | None = None  # why --verify could not recheck any row
+    verify_coverage: dict | None = None  # strata and budgets, when a --verify budget left rows out
     keep_rows: int = KEEP_FLAGGED_ROWS
     spilled_rows: int = 0
     _spill: IO[bytes] | None = field(default=None, repr=False)
@@ -93,10 +94,15 @@ class Summary:
                 self.by_severity[finding.severity.value] += 1
 
     def add_verification(
-        self, checked: int, disagreements: list[tuple[RowOutcome, Finding]], skipped: str | None = None
+        self,
+        checked: int,
+        disagreements: list[tuple[RowOutcome, Finding]],
+        skipped: str | None = None,
+        coverage: dict | None = None,
     ) -> None:
         """Record the --verify self-check; each disagreement joins its row's findings."""
         self.verified_rows = checked
+        self.verify_coverage = coverage
         self.verify_skipped = skipped
         self.verify_disagreements = len(disagreements)
         for outcome, finding in disagreements:
@@ -158,7 +164,8 @@ class Summary:
             "seq_len": percentiles(self.seq_lens),
             "image_tokens_per_image": percentiles(self.image_tokens),
             "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements}
-            | ({"not_run": self.verify_skipped} if self.verify_skipped else {}),
+            | ({"not_run": self.verify_skipped} if self.verify_skipped else {})
+            | (self.verify_coverage or {}),
             # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
             "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
             # Videos counted from their headers: tokens per video, and each sampling mode's count.

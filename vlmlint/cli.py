@@ -269,6 +269,13 @@ def scan(
             help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0
         ),
     ] = 32,
+    verify_budget: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the --verify recheck may take (default: a tenth of the scan's time, at least 0.5).",
+            min=0,
+        ),
+    ] = None,
     baseline_file: Annotated[
         str | None,
         typer.Option("--baseline", help="Do not report the findings listed in this baseline file."),
@@ -311,7 +318,15 @@ def scan(
     baseline = _load_baseline(baseline_file, write_baseline)
     for option, target in (("--report", report), ("--write-baseline", write_baseline)):
         _check_target(option, target)  # a folder or a missing folder: refused before hours of scanning
-    session = ScanSession(config, datasets, baseline=baseline, verify=verify, resume=resume, say=_say)
+    session = ScanSession(
+        config,
+        datasets,
+        baseline=baseline,
+        verify=verify,
+        verify_budget=verify_budget,
+        resume=resume,
+        say=_say,
+    )
     try:
         session.load(engine.value, ray_address, notice=None if quiet else _say)
     except SessionError as exc:

@@ -133,6 +133,7 @@ class ScanSession:
         *,
         baseline=None,
         verify: int = 32,
+        verify_budget: float | None = None,
         resume: str | None = None,
         say: Callable[[str], None] = lambda message: None,
     ) -> None:
@@ -140,6 +141,9 @@ class ScanSession:
         self.datasets = list(datasets)
         self.baseline = baseline
         self.verify = verify
+        # --verify-budget SECONDS; None: VERIFY_FRACTION of the scan's time (model load included)
+        self.verify_budget = verify_budget
+        self._began: float | None = None  # when load() began: the scan's time is counted from there
         self.resume = resume
         self.say = say
         self.scanner: Any = None  # the local Scanner: model, rules, context (reports and --verify read it)
@@ -154,6 +158,9 @@ class ScanSession:
         notice: Callable[[str], None] | None = None,
     ) -> None:
         """Load the model (`notice` hears its notice) and choose the executor (engine "ray": a Ray job)."""
+        import time
+
+        self._began = time.monotonic()
         self.scanner = load_scanner(self.config)
         if self.scanner.model.notice and notice is not None:
             notice(f"vlmlint: {self.scanner.model.notice}")
@@ -194,17 +201,21 @@ class ScanSession:
         on_outcome: Callable[[RowOutcome], None] | None = None,
     ) -> ScanResult:
         """Scan every dataset in order (a SIGINT or SIGTERM ends it with a partial result)."""
+        import time
+
         from vlmlint.readers import DatasetError
         from vlmlint.report import Summary
         from vlmlint.runner import ResumeMismatch
-        from vlmlint.verify import Verifier
+        from vlmlint.verify import ROW_PIXELS, Verifier
 
+        if self._began is None:
+            self._began = time.monotonic()
         if self.config.exact and self.scanner.model.exact_unavailable:
             raise SessionError(f"--exact cannot run: {self.scanner.model.exact_unavailable}")
         result = ScanResult(Summary(), self.scanner, self.config, self.datasets)
         # --exact already is the real image processor, and so is the fallback for every row
         exact = self.config.exact or not self.scanner.family.header_formula
-        verifier = Verifier(0 if exact else self.verify)
+        verifier = Verifier(0 if exact else self.verify, row_pixels=ROW_PIXELS)
         self.checkpoint, self.start = self._open_checkpoint(result.summary)
         try:
             with progress or NullProgress(), signals_raise():
@@ -254,6 +265,8 @@ class ScanSession:
                     outcome = replace(outcome, findings=baseline.filter(outcome.findings))
                 summary.add(outcome)
                 verifier.offer(outcome)
+                if index == len(self.datasets) - 1:  # its workers are forked by now: no fork after it
+                    verifier.warm(self.scanner)
                 if progress is not None:
                     progress.advance()
                 rows += 1
@@ -272,6 +285,17 @@ class ScanSession:
             checkpoint.maybe_save(summary, Position(index + 1, 0), force=True)
 
     def _verify(self, verifier, summary) -> None:
+        import time
+
+        from vlmlint.verify import VERIFY_FRACTION, VERIFY_MIN_SECONDS
+
+        # Why a share of the scan's own time: the self-check then costs a tenth of any scan, whatever its size.
+        scanned = time.monotonic() - (self._began or time.monotonic())
+        verifier.seconds = (
+            self.verify_budget
+            if self.verify_budget is not None
+            else max(VERIFY_MIN_SECONDS, VERIFY_FRACTION * scanned)
+        )
         checked, disagreements = verifier.run(self.scanner)
         baseline = self.baseline
         kept = [
@@ -279,7 +303,12 @@ class ScanSession:
             for row, finding in disagreements
             if self.scanner.keep(finding) and not (baseline and baseline.suppresses(finding))
         ]
-        summary.add_verification(checked, kept, skipped=verifier.skipped)
+        summary.add_verification(
+            checked,
+            kept,
+            skipped=verifier.skipped,
+            coverage=verifier.coverage() if verifier.limited else None,
+        )
 
     def finish(self, result: ScanResult) -> None:
         """After the report: a completed scan's checkpoint is removed (the report read its findings)."""

@@ -133,9 +133,10 @@ def render_text(
         console.print(
             Text(
                 f"verify: {summary.verified_rows} rows rechecked with the real image processor, "
-                f"{summary.verify_disagreements} disagreement(s)",
+                f"{summary.verify_disagreements} disagreement(s)" + _verify_coverage(summary.verify_coverage),
                 style=style,
-            )
+            ),
+            soft_wrap=True,
         )
     if summary.by_code:
         from vlmlint.rules import RULES_BY_CODE
@@ -171,3 +172,28 @@ class TextEmitter:
             incomplete=report.report.get("incomplete"),
             counted_by=report.counted_by,
         )
+
+
+def _verify_coverage(coverage: dict | None) -> str:
+    """What the --verify budgets left out, in words: each size stratum's rows checked, the time budget."""
+    if not coverage:
+        return ""
+    strata = ", ".join(
+        f"{name} {group['checked']}/{group['rows']}"
+        + (
+            f" ({group['above_pixel_budget']} above the pixel budget)"
+            if group.get("above_pixel_budget")
+            else ""
+        )
+        for name, group in coverage["strata"].items()
+    )
+    pixels = coverage["budget"]["row_pixels"]
+    text = f"; rows checked by size: {strata}"
+    if pixels:
+        text += f"; rows above {pixels / 1e6:g} MP are not decoded"
+    if coverage["left_by_time_budget"]:
+        text += (
+            f"; {coverage['left_by_time_budget']} chosen row(s) left by the "
+            f"{coverage['budget']['seconds']:.1f} s time budget (--verify-budget)"
+        )
+    return text
