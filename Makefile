@@ -98,7 +98,8 @@ bench: install
 bench-reference: $(REF_STAMP)
 	$(REF_BIN)/python bench/bench_fast_vs_naive.py --rows 2000 --models llama-4-scout-17b-16e-instruct,kimi-k2.5
 
-# Issue 7's figures: 100k and 1M-row JSONL and an embedded-bytes parquet, rows/s and peak RSS, the
-# --jobs report check and the naive-loop ratio on a 2k-row subset (data generated once, bench/.data/).
+# Issue 23's six targets, each with its figure and PASS/FAIL (self-check cost, small scans, own-file
+# rows/s, memory at 100k and 1M rows, the naive-loop ratio, cold cache as root); data generated once under
+# bench/.data/scale/. `python bench/bench_scale.py --quick` is the smoke test (10k/20k rows).
 bench-scale: install
-	$(BIN)/python bench/bench_scale.py --rows 100000,1000000 --parquet-rows 50000
+	$(BIN)/python bench/bench_scale.py --rows 100000 --big-rows 1000000
