@@ -119,10 +119,8 @@ class Verifier:
             return
 
         def load() -> None:
-            try:
-                getattr(
-                    scanner.model, "image_processor", None
-                )  # lazy where the formula path does not need it
+            try:  # the image processor is loaded lazily where the formula path does not need it
+                getattr(scanner.model, "image_processor", None)
             except Exception:  # noqa: BLE001 (run() loads it again and reports what fails)
                 pass
 
