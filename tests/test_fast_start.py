@@ -194,3 +194,19 @@ def test_a_scan_with_a_built_in_profile_imports_no_transformers(tmp_path):
     assert "NO-TRANSFORMERS 0" in done.stderr, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["model"]["tokenizer"] == "Qwen2Tokenizer"
+
+
+def test_the_ranks_cache_is_tiktokens_own_reading(tmp_path, monkeypatch):
+    """qwen_ranks: load_tiktoken_bpe's dict, kept as a marshal file; a damaged file is read again."""
+    from tiktoken.load import load_tiktoken_bpe
+
+    from vlmlint.models.profiles import qwen_bpe_file
+
+    monkeypatch.setenv("VLMLINT_CACHE", str(tmp_path))
+    expected = load_tiktoken_bpe(str(qwen_bpe_file()[0]))
+    assert light.qwen_ranks() == expected  # built
+    assert light._ranks_file().is_file()
+    assert light.qwen_ranks() == expected  # read back
+    light._ranks_file().write_bytes(b"\x00damaged")
+    assert light.qwen_ranks() == expected
+    assert light.qwen_ranks() == expected

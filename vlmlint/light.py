@@ -307,12 +307,7 @@ class LightTokenizer:
     def length_counter(self) -> Any:
         """Token counts of texts (add_special_tokens adds none for Qwen): the tiktoken counter."""
         if self._counter is None:
-            from vlmlint.models.profiles import QWEN_PATTERN
-            from vlmlint.models.qwen_lengths import QwenLengths
-
-            self._counter = QwenLengths(
-                self._bpe_file, QWEN_PATTERN, [t.content for t in self.added_tokens_decoder.values()]
-            )
+            self._counter = _ranked_lengths([t.content for t in self.added_tokens_decoder.values()])
         return self._counter
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
@@ -344,6 +339,60 @@ class LightTokenizer:
         self.__dict__.update(state)
         self._real = None
         self._counter = None
+
+
+def _ranks_file() -> Path:
+    """Where Qwen's ranks are kept as a marshal file: keyed as profiles.qwen_bpe_json is (package version,
+    file hash), and by Python's version (marshal's format)."""
+    import sys
+
+    from vlmlint.models.profiles import _qwen_identity, cache_root
+
+    _, package_version, file_hash = _qwen_identity()
+    python = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    return cache_root() / "tokenizers" / f"qwen-ranks-{package_version}-{file_hash}-{python}.marshal"
+
+
+def qwen_ranks() -> dict[bytes, int]:
+    """tiktoken's load_tiktoken_bpe of qwen.tiktoken (151,643 base64 lines, ~0.3 s), kept after the first
+    call as a marshal of the same dict (~0.1 s to read back); a cache file that does not read is rebuilt."""
+    import marshal
+
+    target = _ranks_file()
+    try:
+        ranks = marshal.loads(target.read_bytes())
+        if isinstance(ranks, dict) and ranks:
+            return ranks
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    from tiktoken.load import load_tiktoken_bpe
+
+    from vlmlint.models.profiles import _atomic_write, qwen_bpe_file
+
+    ranks = load_tiktoken_bpe(str(qwen_bpe_file()[0]))
+    try:
+        _atomic_write(target, marshal.dumps(ranks))
+    except OSError:  # a read-only cache: the next run reads the file again
+        pass
+    return ranks
+
+
+def _ranked_lengths(added_tokens: list[str]) -> Any:
+    """models/qwen_lengths.py's QwenLengths on the cached ranks (its __init__ reads the ranks file itself)."""
+    import re
+
+    import tiktoken
+
+    from vlmlint.models.profiles import QWEN_PATTERN
+    from vlmlint.models.qwen_lengths import QwenLengths
+
+    counter = QwenLengths.__new__(QwenLengths)
+    counter._encoding = tiktoken.Encoding(
+        "vlmlint-qwen", pat_str=QWEN_PATTERN, mergeable_ranks=qwen_ranks(), special_tokens={}
+    )
+    ordered = sorted(set(added_tokens), key=len, reverse=True)  # as QwenLengths.__init__ orders them
+    counter._split = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+    return counter
 
 
 # --- the image processor's settings -----------------------------------------------------------------------
