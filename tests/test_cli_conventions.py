@@ -121,3 +121,15 @@ def test_an_unreachable_hub_is_called_a_network_failure(monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # honoured: the cache only
     offline = runner.invoke(app, ["scan", str(DATASETS / "demo"), "--model", "some-org/some-vlm", "-q"])
     assert offline.exit_code == 2 and "HF_HUB_OFFLINE is set" in offline.output
+
+
+def test_stats_names_the_trainers_knob_under_a_pipeline():
+    """`image_max_pixels` under --pipeline llamafactory, the processor's `max_pixels` without (issue 22)."""
+    import json
+
+    from tests.conftest import DATASETS
+
+    args = ["stats", str(DATASETS / "demo"), "-f", "json", "-q", "--max-length", "400"]
+    plain = json.loads(runner.invoke(app, args).output)
+    trainer = json.loads(runner.invoke(app, [*args, "--pipeline", "llamafactory"]).output)
+    assert plain["knob"]["name"] == "max_pixels" and trainer["knob"]["name"] == "image_max_pixels"
