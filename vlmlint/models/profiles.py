@@ -122,6 +122,9 @@ PROFILES: dict[str, Profile] = {
         Profile("paddleocr-vl", "PaddleOCR-VL", "PaddlePaddle/PaddleOCR-VL", "paddleocr-vl"),
         # InternVL3.5's language model is Qwen3: the Qwen BPE with InternVL's added tokens after Qwen3's.
         Profile("internvl3.5", "InternVL3.5", "OpenGVLab/InternVL3_5-8B-HF", "qwen"),
+        # The non-hf checkpoint (remote code InternVLChatModel) as InternVL's fine-tune script trains it
+        # (--pipeline internvl): the same BPE and tokens, the internvl2_5 conversation as its template.
+        Profile("internvl3.5-chat", "InternVL3.5 (chat)", "OpenGVLab/InternVL3_5-8B", "qwen"),
     )
 }
 
