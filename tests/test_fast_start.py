@@ -210,3 +210,26 @@ def test_the_ranks_cache_is_tiktokens_own_reading(tmp_path, monkeypatch):
     light._ranks_file().write_bytes(b"\x00damaged")
     assert light.qwen_ranks() == expected
     assert light.qwen_ranks() == expected
+
+
+def test_video_config_class_index_is_the_full_parse():
+    """video_config parses a transformers file only when one of its classes is asked for: the classes it
+    gives are those a parse of every file gives (the first top-level definition of each name)."""
+    import ast
+
+    from vlmlint.models import video_config
+
+    full: dict[str, ast.ClassDef] = {}
+    for path in video_config._class_paths():
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                full.setdefault(node.name, node)
+    lazy = video_config._Classes(video_config._class_paths())
+    assert len(full) > 30
+    assert sorted(lazy) == sorted(full)
+    assert all(ast.dump(lazy[name]) == ast.dump(node) for name, node in full.items())
+    assert "NoSuchVideoProcessor" not in lazy and "Qwen2VLVideoProcessor" in lazy
