@@ -174,7 +174,7 @@ class ScanConfig:
         "hf",
         "pipeline",
         help="Predict what this trainer does to each row: hf (the raw processor, default), "
-        "internvl, llamafactory, swift, trl.",
+        "axolotl, internvl, llamafactory, qwen-vl-finetune, swift, trl.",
     )
     pipeline_options: Mapping[str, Any] = setting(
         MappingProxyType({}),
