@@ -195,6 +195,14 @@ def test_a_row_of_a_mixed_file_that_fits_no_layout_is_vlm102_not_an_empty_alpaca
     assert parse({"instruction": "Q"}, layout="alpaca", from_first_row=True).layout == "alpaca"
 
 
+def test_a_sharegpt_row_in_a_llava_file_keeps_its_images():
+    """A `conversations` + `images` row (LLaMA-Factory's ShareGPT) after LLaVA rows: its images are read,
+    not dropped for the file's layout (they were: no image, no finding)."""
+    turns = [{"from": "human", "value": "What is this?"}, {"from": "gpt", "value": "A cat."}]
+    sample = parse({"conversations": turns, "images": ["a.jpg"]}, layout="llava", from_first_row=True)
+    assert len(sample.images) == 1 and not sample.problems
+
+
 def test_a_misspelt_conversation_is_still_vlm102():
     sample = parse({"id": 2, "image": "a.jpg", "conversation": []})
     assert [p.code for p in sample.problems] == ["VLM102"]

@@ -373,6 +373,10 @@ Parsed = tuple[tuple[Message, ...], tuple[ImageRef, ...], tuple[MediaRef, ...]]
 def parse_llava(row: Mapping[str, Any], resolve: ImageResolver) -> Parsed:
     if "conversations" not in row:
         raise RowError('missing "conversations"')
+    if "image" not in row and any(key in row for key in ("images", "videos", "audios")):
+        # a ShareGPT row (LLaMA-Factory's media lists) in a file whose first row was LLaVA's: read its
+        # media as its own layout does, never drop them for the file's
+        return parse_sharegpt(row, resolve)
     messages = _text_turns(row["conversations"], "from", "value")
     images = _image_list(row, "image", resolve)
     videos = _media_list(row, "video", "video", resolve)  # LLaVA-Video, Qwen-VL's finetune format
