@@ -266,7 +266,9 @@ def scan(
     verify: Annotated[
         int,
         typer.Option(
-            help="Recheck this many rows (fixed seed) with the real image processor; 0 to skip.", min=0
+            help="Recheck at most this many rows (fixed seed, drawn from every image size class; none above "
+            "1.5 MP) with the real image processor; 0 to skip.",
+            min=0,
         ),
     ] = 32,
     verify_budget: Annotated[
