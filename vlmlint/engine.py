@@ -320,6 +320,8 @@ class Scanner:
         """
         if self.video_refusal is not None or not any(info.kind == "video" for info in media):
             return media, []
+        if self.family.count_row is not None:  # the fallback: its real processor counts them (_count_row)
+            return media, []
         videos = [info for info in media if info.kind == "video"]
         if any(info.video is None or info.error_code is not None for info in videos):
             return media, []
@@ -348,6 +350,27 @@ class Scanner:
             for info in media
         )
         return media, counts
+
+    def _fallback_videos(self, sample: Sample, media: tuple[MediaInfo, ...]) -> list[Any] | None:
+        """The row's videos decoded for the real-processor fallback (models/fallback.decode_video), or
+        None: not counted (no video; one unreadable, a frame list or embedded bytes; VLM109 says so).
+        CountError: a clip its decoder refuses."""
+        if self.family.count_row is None or self.video_refusal is not None:
+            return None
+        pairs = [(ref, info) for ref, info in zip(sample.media, media, strict=True) if info.kind == "video"]
+        if not pairs or any(
+            info.video is None or info.error_code is not None or ref.path is None for ref, info in pairs
+        ):
+            return None
+        from vlmlint.models.fallback import decode_video
+
+        decoded = []
+        for position, (ref, info) in enumerate(pairs, start=1):
+            try:
+                decoded.append(decode_video(ref.path, info.video))
+            except CountError as exc:
+                raise CountError(f"video {position} ({info.reference}): {exc}") from None
+        return decoded
 
     def media_info(self, ref: MediaRef) -> MediaInfo:
         """Whether one video or audio clip can be read (vlmlint/media.py; frames are images)."""
@@ -435,13 +458,33 @@ class Scanner:
         )
         return infos, list(counts)
 
-    def _count_row(self, prepared: _Prepared, rendered: str, decoded: list[Any]) -> None:
-        """The fallback: the real processor's __call__ on the whole row gives its length and image tokens."""
+    def _count_row(
+        self, prepared: _Prepared, rendered: str, decoded: list[Any], videos: list[Any] | None = None
+    ) -> None:
+        """The fallback: the real processor's __call__ on the whole row gives its length, image tokens
+        and (with `videos`, _fallback_videos) video tokens."""
         try:
-            counted = self.family.count_row(rendered, decoded, self.family.placeholder, self.model.settings)
+            counted = self.family.count_row(
+                rendered, decoded, self.family.placeholder, self.model.settings, videos=videos or ()
+            )
         except CountError as exc:
             prepared.count_error = f"processor: {exc}"
             return
+        if videos:
+            tokens = iter(counted.video_tokens)
+            counts = []
+            media = []
+            for info in prepared.media:
+                if info.kind == "video":
+                    video = videos[len(counts)]
+                    count = next(tokens)
+                    mode = f"real processor, {video.reader}"
+                    counts.append(VideoCount(info.video.frames, 0, 0, (), count or 0, mode))
+                    info = evolve(info, tokens=count, counted_by=f"{self.family.name}: {mode}")
+                media.append(info)
+            prepared.media = tuple(media)
+            # (a video the output cannot single out stays uncounted: text tokens are then unknown)
+            prepared.videos = counts if None not in counted.video_tokens else []
         prepared.fixed_length = counted.seq_len
         prepared.fixed_spans = counted.image_spans
         prepared.images = tuple(
@@ -532,9 +575,11 @@ class Scanner:
         images = tuple(self.image_header(ref) for ref in sample.images)
         media = tuple(self.media_info(ref) for ref in sample.media) if sample.media else ()
         videos: list[VideoCount] = []
+        row_videos = None  # the fallback's decoded videos (counted by its real processor)
         if media:
             try:
                 media, videos = self._count_videos(media)
+                row_videos = self._fallback_videos(sample, media)
             except CountError as exc:
                 prepared = _Prepared(sample, images, 0, media=media)
                 prepared.count_error = f"processor: {exc}"
@@ -554,12 +599,15 @@ class Scanner:
         prepared = _Prepared(sample, images, placeholders, counts=counts or [], media=media, videos=videos)
         if placeholders != len(images) or any(info.error_code for info in images):
             return prepared  # the processor would refuse the row; the rules say why
-        if videos and sum(part.media == "video" for m in sample.messages for part in m.parts) != len(videos):
+        counted = videos or row_videos or ()
+        if counted and sum(part.media == "video" for m in sample.messages for part in m.parts) != len(
+            counted
+        ):
             return prepared  # as for images: the reader's VLM301 says the placeholders do not match
         if self.model.tokenizer is None:
             return prepared  # a vision encoder without a text side: image counts only
         try:
-            rendered = self.encoder.render(sample.messages, videos=bool(videos))
+            rendered = self.encoder.render(sample.messages, videos=bool(videos or row_videos))
         except Exception as exc:  # jinja's TemplateError and raise_exception() from templates
             prepared.count_error = f"template: the chat template rejects this row: {exc}"
             return prepared
@@ -583,8 +631,14 @@ class Scanner:
                 f"{self.family.video_placeholder} token(s) for {len(videos)} video(s)"
             )
             return prepared
+        if row_videos and rendered.count(self.family.video_placeholder) != len(row_videos):
+            prepared.count_error = (
+                f"placeholder: the rendered text holds {rendered.count(self.family.video_placeholder)} "
+                f"{self.family.video_placeholder} token(s) for {len(row_videos)} video(s)"
+            )
+            return prepared
         if self.family.count_row is not None:
-            self._count_row(prepared, rendered, decoded or [])
+            self._count_row(prepared, rendered, decoded or [], row_videos)
             return prepared
         try:
             prepared.text, prepared.extra_tokens = self.encoder.compose(

@@ -236,6 +236,7 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
         build_processor,
         choose_sentinel,
         image_token_ids,
+        video_token_ids,
     )
     from vlmlint.models.fallback import make_family as make_fallback
 
@@ -269,9 +270,13 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
     settings = FallbackSettings(processor, image_ids, choose_sentinel(processor, template, image_ids))
     absent = getattr(processor, "_vlmlint_absent", {})
     missing = f"; left out: {'; '.join(absent.values())}" if absent else ""
+    video_refusal = _fallback_video_refusal(name, processor_name, model_type, processor)
+    if video_refusal is None:  # its real video processor counts the row's videos (fallback.decode_video)
+        settings.video_token_ids = video_token_ids(processor, model_config)
+        settings.video_placeholder = processor.video_token
     return Model(
         name=name,
-        family=make_fallback(processor, placeholder, placeholder),
+        family=make_fallback(processor, placeholder, placeholder, settings.video_placeholder),
         settings=settings,
         image_processor=processor.image_processor,
         tokenizer=tokenizer,
@@ -283,24 +288,42 @@ def _load_fallback(name: str, processor_name: str, trust_remote_code: bool) -> M
             f"{processor_name}: no formula in vlmlint; every row is counted with the real processor on "
             f"decoded images (slow){missing}"
         ),
-        video_refusal=_fallback_video_refusal(name, processor_name, model_type),
+        video_refusal=video_refusal,
     )
 
 
-def _fallback_video_refusal(name: str, processor_name: str, model_type: str | None) -> str:
-    """Why the fallback's videos are not counted: it runs the real processor on images only; a video
-    processor that drops patches by their pixel content (Video-LLaMA3's use_token_compression) could
-    not be counted from headers by any formula either."""
+def _fallback_video_refusal(
+    name: str, processor_name: str, model_type: str | None, processor: Any = None
+) -> str | None:
+    """Why the fallback's videos are not counted, or None: its real video processor (built here, so
+    torch and torchvision are installed) counts them on the decoded frames. A video processor that
+    drops patches by their pixel content (Video-LLaMA3's use_token_compression) cannot be counted from
+    headers by any formula: without torch only a refusal saying so."""
+    from vlmlint.models.fallback import has_video_processor, video_token_ids
     from vlmlint.models.video_config import video_processor_config
 
+    if processor is not None and has_video_processor(processor):
+        token = getattr(processor, "video_token", None)
+        model_config = _read_json(name, "config.json")
+        if isinstance(token, str) and token and video_token_ids(processor, model_config):
+            return None
+        return f"{processor_name}'s videos are not counted: its processor names no video token"
     _, config, _ = video_processor_config(name, _read_json(name, "processor_config.json"), model_type)
-    if config.get("use_token_compression") and config.get("video_processor_type"):
+    absent = (
+        getattr(processor, "_vlmlint_absent", {}).get("video_processor") if processor is not None else None
+    )
+    video_type = config.get("video_processor_type")
+    if video_type is None and absent is None:
+        return f"{processor_name}'s videos are not counted: the real-processor fallback counts images only"
+    install = f"install torch and torchvision to count {processor_name} videos through its real processor" + (
+        f" ({absent})" if absent else ""
+    )
+    if config.get("use_token_compression") and video_type:
         return (
             f"{processor_name}'s video tokens cannot be predicted from headers: its video processor "
-            f"({config['video_processor_type']}, use_token_compression) drops patches by their pixel content; "
-            "only its real processor on decoded frames can count them, which vlmlint does not run yet"
+            f"({video_type}, use_token_compression) drops patches by their pixel content; {install}"
         )
-    return f"{processor_name}'s videos are not counted: the real-processor fallback counts images only"
+    return f"{processor_name}'s videos are not counted: {install}"
 
 
 def _video_settings(

@@ -72,6 +72,8 @@ class RowCount:
     seq_len: int
     image_tokens: tuple[int | None, ...]  # per image; None where the processor's output cannot say
     image_spans: tuple[tuple[int, int], ...] | None  # each image's [first, last + 1) in input_ids
+    # per video (the fallback with a video processor); None where the processor's output cannot say
+    video_tokens: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,17 @@ Processors that declare a video or audio sub-processor are built with that part 
 cannot load (torchvision or torchaudio missing): the image path never touches it. A processor that
 reads a setting of its video processor in `__init__` (MiniCPM-V 4.6) gets a stand-in holding the
 video processor's settings from its own files and class defaults, read without importing it.
+
+Videos (issue 20, part 3): a processor whose video processor could be built (torch and torchvision
+installed) has its row's videos counted the same way, by its own `__call__` with `videos=`: each clip
+as transformers 5.24's default reader gives it (`BaseVideoProcessor.fetch_videos`,
+transformers/video_utils.py: torchcodec, every frame, the fps over the frames' timestamps). Where
+torchcodec cannot load, the frames are decoded with PyAV as `read_video_pyav` decodes them
+(`to_ndarray(format="rgb24")`), turned upright, and handed over with the metadata torchcodec would give
+(VideoMeta.as_torchcodec: the frames counted, the content fps); the video processor then samples them
+itself (`do_sample_frames`, `fps`, `num_frames` on that metadata), as `_decode_and_sample_videos`
+samples an array. A video's tokens are the positions of input_ids holding the model's video token.
+Video-LLaMA3's use_token_compression drops patches by their pixel content: only this path counts it.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import ast
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,11 +39,14 @@ from typing import Any
 from vlmlint.models.base import CountError, Family, ImageCount, RowCount, no_knob
 from vlmlint.models.video_config import read_optional_json as _read_json
 from vlmlint.models.video_config import video_processor_config
+from vlmlint.records import VideoMeta
 
 # Sub-processors the image path never calls: built when they load, absent (a stand-in) when not.
 OPTIONAL_PARTS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
 # Keys of config.json (and its text_config) that name the token the model puts image features on.
 IMAGE_TOKEN_ID_KEYS = ("image_token_id", "image_token_index", "image_patch_id", "img_context_token_id")
+# ... and the video token.
+VIDEO_TOKEN_ID_KEYS = ("video_token_id", "video_token_index")
 
 
 class FallbackRefused(Exception):
@@ -252,10 +266,89 @@ class FallbackSettings:
     sentinel: tuple[str, int] | None = None
     rows: int = 0  # rows counted (a row may take two calls: see count_row)
     seconds: float = 0.0
+    # The ids input_ids carries where the model puts video features (empty: videos are not counted).
+    video_token_ids: frozenset[int] = frozenset()
+    video_placeholder: str = ""  # the token the template writes for one video
 
     @property
     def ms_per_row(self) -> float | None:
         return 1000 * self.seconds / self.rows if self.rows else None
+
+
+@dataclass(frozen=True)
+class DecodedVideo:
+    """One clip as the video processor gets it: a path (its own reader loads it) or decoded frames with
+    their VideoMetadata; `reader` says which, for the report."""
+
+    video: Any
+    metadata: Any
+    reader: str
+
+
+def video_token_ids(processor: Any, model_config: dict[str, Any]) -> frozenset[int]:
+    """The ids input_ids carries where the model puts video features: config.json, then the processor."""
+    for section in (model_config, model_config.get("text_config") or {}):
+        if isinstance(section, dict):
+            found = {
+                section[k] for k in VIDEO_TOKEN_ID_KEYS if isinstance(section.get(k), int) and section[k] >= 0
+            }
+            if found:
+                return frozenset(found)
+    value = getattr(processor, "video_token_id", None)
+    if isinstance(value, int) and value >= 0:
+        return frozenset({value})
+    token = getattr(processor, "video_token", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    if isinstance(token, str) and token and tokenizer is not None:
+        value = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(value, int) and value != getattr(tokenizer, "unk_token_id", None):
+            return frozenset({value})
+    return frozenset()
+
+
+def has_video_processor(processor: Any) -> bool:
+    """Whether the processor's video processor was built here (not a stand-in for a missing backend)."""
+    part = processor.__dict__.get("video_processor")
+    return part is not None and not isinstance(part, AbsentPart)
+
+
+def decode_video(path: str, meta: VideoMeta) -> DecodedVideo:
+    """One clip as transformers 5.24's default reader hands it to a video processor (module docstring).
+
+    torchcodec usable: the path itself (fetch_videos loads it with torchcodec and the processor's own
+    sampling). Else PyAV decodes every frame as read_video_pyav does, turned upright, with the
+    metadata torchcodec gives (frames counted, fps over the timestamps); the processor samples them.
+    """
+    from transformers.utils import is_torchcodec_usable
+
+    if is_torchcodec_usable(decode="video"):
+        return DecodedVideo(path, None, "torchcodec")
+    import av
+    import numpy as np
+    from transformers.video_utils import VideoMetadata
+
+    try:
+        with av.open(path) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise CountError(f"PyAV cannot decode the clip: {exc}") from None
+    if not frames:
+        raise CountError("PyAV decodes no frame of the clip")
+    video = np.stack(frames)
+    if meta.rotation:  # torchcodec applies the display matrix (counter-clockwise degrees)
+        video = np.ascontiguousarray(np.rot90(video, k=meta.rotation // 90, axes=(1, 2)))
+    upright = meta.as_torchcodec()
+    fps = upright.fps
+    metadata = VideoMetadata(
+        total_num_frames=len(video),
+        fps=fps,
+        width=int(video.shape[2]),
+        height=int(video.shape[1]),
+        duration=len(video) / fps if fps else None,
+        video_backend="pyav",
+        frames_indices=np.arange(len(video)),
+    )
+    return DecodedVideo(video, metadata, "PyAV, torchcodec's metadata")
 
 
 def _input_ids(output: Any) -> list[int]:
@@ -266,23 +359,29 @@ def _input_ids(output: Any) -> list[int]:
     return [int(i) for i in first]
 
 
-def _call(settings: FallbackSettings, text: str, images: Sequence[Any]) -> list[int]:
-    """One call of the processor's own __call__, as a trainer's collator makes it, with numpy tensors."""
+def _call(
+    settings: FallbackSettings, text: str, images: Sequence[Any], videos: Sequence[DecodedVideo] = ()
+) -> list[int]:
+    """One call of the processor's own __call__, as a trainer's collator makes it, with numpy tensors
+    (with videos: the processor's own tensors, as Video-LLaMA3 splits torch tensors in its expansion)."""
     started = time.perf_counter()
+    kwargs: dict[str, Any] = {"return_tensors": "np"}
+    if videos:
+        kwargs = {"videos": [video.video for video in videos]}
+        if any(video.metadata is not None for video in videos):
+            kwargs["video_metadata"] = [video.metadata for video in videos]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # One sample's images as one nested list, as a trainer's collator passes a batch of rows.
             try:
-                output = settings.processor(
-                    text=[text], images=[list(images)] if images else None, return_tensors="np"
-                )
+                output = settings.processor(text=[text], images=[list(images)] if images else None, **kwargs)
             except ValueError as exc:
                 if "nested" not in str(exc).lower():
                     raise
                 # GOT-OCR 2 takes one sample's images flat ("Nested images are only supported with
                 # `multi_page`"); there a nested list is refused, not read as several samples.
-                output = settings.processor(text=[text], images=list(images), return_tensors="np")
+                output = settings.processor(text=[text], images=list(images), **kwargs)
     except CountError:
         raise
     except Exception as exc:  # the processor's own refusal of this row: a finding, never a crash
@@ -308,17 +407,58 @@ def _runs(ids: list[int], wanted: frozenset[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def count_row(rendered: str, images: Sequence[Any], placeholder: str, settings: FallbackSettings) -> RowCount:
+def count_row(
+    rendered: str,
+    images: Sequence[Any],
+    placeholder: str,
+    settings: FallbackSettings,
+    videos: Sequence[DecodedVideo] = (),
+) -> RowCount:
     """seq_len and each image's tokens for one row, from the processor's own input_ids.
 
     With one image, or one run of image tokens per image, the runs are the images. Otherwise (tiles
     with separators between them) the row is processed once more with a sentinel token written before
     each image's placeholder but the first; where the sentinels, taken out again, leave exactly the
     first call's input_ids, they mark where each image's tokens start. Where they do not, per-image
-    counts are left unknown rather than guessed (the row's length stays exact).
+    counts are left unknown rather than guessed (the row's length stays exact). `videos` (decode_video)
+    go into the same call; their tokens are count_videos'.
     """
     settings.rows += 1
-    ids = _call(settings, rendered, images)
+    ids = _call(settings, rendered, images, videos)
+    if videos:
+        return replace(
+            _image_tokens(ids, rendered, images, placeholder, settings, videos),
+            video_tokens=_video_tokens(ids, settings, videos),
+        )
+    return _image_tokens(ids, rendered, images, placeholder, settings, videos)
+
+
+def _video_tokens(
+    ids: list[int], settings: FallbackSettings, videos: Sequence[DecodedVideo]
+) -> tuple[int | None, ...]:
+    """Each video's tokens: the row's video-token positions; with several videos, each video processed
+    alone (its placeholder only) where those counts add up to the row's, else unknown."""
+    total = sum(token in settings.video_token_ids for token in ids)
+    if len(videos) == 1:
+        return (total,)
+    alone = []
+    for video in videos:
+        try:
+            one = _call(settings, settings.video_placeholder, (), (video,))
+        except CountError:
+            return tuple(None for _ in videos)
+        alone.append(sum(token in settings.video_token_ids for token in one))
+    return tuple(alone) if sum(alone) == total else tuple(None for _ in videos)
+
+
+def _image_tokens(
+    ids: list[int],
+    rendered: str,
+    images: Sequence[Any],
+    placeholder: str,
+    settings: FallbackSettings,
+    videos: Sequence[DecodedVideo],
+) -> RowCount:
     wanted = settings.image_token_ids
     runs = _runs(ids, wanted) if wanted else []
     total = sum(end - start for start, end in runs)
@@ -339,7 +479,7 @@ def count_row(rendered: str, images: Sequence[Any], placeholder: str, settings: 
         return unknown
     marked = pieces[0] + placeholder + (text + placeholder).join(pieces[1:])
     try:
-        marked_ids = _call(settings, marked, images)
+        marked_ids = _call(settings, marked, images, videos)
     except CountError:
         return unknown
     if [token for token in marked_ids if token != sentinel_id] != ids:
@@ -385,8 +525,11 @@ def choose_sentinel(
     return None
 
 
-def make_family(processor: Any, placeholder: str, raw_image_prompt: str) -> Family:
-    """A Family bound to one loaded processor; its settings are FallbackSettings."""
+def make_family(
+    processor: Any, placeholder: str, raw_image_prompt: str, video_placeholder: str = ""
+) -> Family:
+    """A Family bound to one loaded processor; its settings are FallbackSettings. `video_placeholder`:
+    the processor's video token where its videos are counted ("" : they are not)."""
 
     def no_formula(*args: Any, **kwargs: Any) -> ImageCount:
         raise CountError("no header formula for this processor; counts come from the real processor")
@@ -407,6 +550,7 @@ def make_family(processor: Any, placeholder: str, raw_image_prompt: str) -> Fami
         expand=no_expansion,
         header_formula=False,
         count_row=count_row,
+        video_placeholder=video_placeholder,
         size_knob=no_knob(
             "no header formula for this processor: no image-size knob is searched; only the max length "
             "is recommended"
