@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from tests.conftest import PROCESSORS, real_processor
+from tests.families._releases import merge_kwargs
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, internvl, load_model
@@ -74,7 +75,7 @@ def real_grid(processor, height: int, width: int) -> tuple[int, int]:
     from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import get_optimal_tiled_canvas
 
     ip = processor.image_processor
-    merged = processor._merge_kwargs(tokenizer_init_kwargs=processor.tokenizer.init_kwargs)["images_kwargs"]
+    merged = merge_kwargs(processor)["images_kwargs"]
     size = merged.get("size", ip.size)
     size = SizeDict(**size) if isinstance(size, dict) else size
     min_patches = merged.get("min_patches", ip.min_patches)
@@ -254,9 +255,16 @@ def test_processor_forces_tiling_even_when_the_image_processor_says_no(tokenizer
 
 
 def test_fallback_is_the_real_class_attribute():
+    """The installed release's forced images kwargs (5.2x: the class attribute; up to 5.20:
+    InternVLProcessorKwargs._defaults) are the 5.24 fallback's, and _call_kwargs reads them."""
     from transformers import InternVLProcessor
+    from transformers.models.internvl import processing_internvl
 
-    assert InternVLProcessor.images_kwargs == internvl.PROCESSOR_IMAGES_KWARGS
+    forced = getattr(InternVLProcessor, "images_kwargs", None)
+    if forced is None:
+        forced = processing_internvl.InternVLProcessorKwargs._defaults["images_kwargs"]
+    assert forced == internvl.PROCESSOR_IMAGES_KWARGS
+    assert internvl._call_kwargs({}) == forced
 
 
 def test_fixture_folder_settings_and_expansion():

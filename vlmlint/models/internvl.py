@@ -62,6 +62,11 @@ def _call_kwargs(processor_config: dict[str, Any]) -> dict[str, Any]:
         import transformers
 
         forced = getattr(getattr(transformers, PROCESSOR_CLASS, None), "images_kwargs", None)
+        if forced is None:  # up to 5.20: the defaults of processing_internvl.py's InternVLProcessorKwargs
+            from transformers.models.internvl import processing_internvl
+
+            kwargs_class = getattr(processing_internvl, "InternVLProcessorKwargs", None)
+            forced = getattr(kwargs_class, "_defaults", {}).get("images_kwargs")
     except ImportError:  # a transformers that cannot import the class: its 5.24 value
         forced = None
     if not isinstance(forced, dict):

@@ -3,7 +3,8 @@
 Image processor (transformers 5.24 `MiniCPMV4_6ImageProcessorPil._preprocess`, the same arithmetic in the
 torchvision `MiniCPMV4_6ImageProcessor`; MiniCPM-V 4.7's image processor is this class too, per
 image_processing_auto): for an image of H x W, S = scale_resolution (448), p = patch_size (14),
-m = 4 in downsample_mode "16x" (2 in "4x"), d = p * m (56 px):
+m = 4 in downsample_mode "16x" (2 in "4x"; 4 in both up to transformers 5.20.2, whose find_best_resize
+takes no downsample_mode: `merge_follows_mode` reads which from the installed class), d = p * m (56 px):
 
 1. `get_sliced_grid` (slice_mode): ratio = H * W / S^2, multiple = min(ceil(ratio), max_slice_nums); at
    most 1 means no slices. Else among num_slices in (multiple - 1, multiple, multiple + 1), not 1 and at
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,6 +106,9 @@ class MiniCPMVSettings:
     slice_end_token: str = TOKEN_DEFAULTS["slice_end_token"]
     image_id_start_token: str = TOKEN_DEFAULTS["image_id_start_token"]
     image_id_end_token: str = TOKEN_DEFAULTS["image_id_end_token"]
+    # Whether find_best_resize's merge factor follows downsample_mode (transformers 5.2x, after 5.20.2);
+    # up to 5.20.2 sides are multiples of patch_size * 4 in "4x" mode too (settings_from reads which).
+    merge_follows_mode: bool = True
 
     @property
     def placeholder(self) -> str:
@@ -113,7 +118,7 @@ class MiniCPMVSettings:
     @property
     def merge_factor(self) -> int:
         """find_best_resize's merge_factor: sides are multiples of patch_size * this."""
-        return 2 if self.downsample_mode == "4x" else 4
+        return 2 if self.downsample_mode == "4x" and self.merge_follows_mode else 4
 
     @property
     def token_divisor(self) -> int:
@@ -172,8 +177,18 @@ def settings_from(
         do_resize=bool(pipeline("do_resize", True)),
         use_image_id=bool(use_image_id),
         expand_slices=True if expand_slices is None else bool(expand_slices),
+        merge_follows_mode=merge_follows_mode(image_processor),
         **tokens,
     )
+
+
+def merge_follows_mode(image_processor: Any) -> bool:
+    """Whether the installed image processor's find_best_resize takes downsample_mode (transformers 5.23+;
+    5.7.0 to 5.20.2 round to patch_size * 4 whatever the mode): read from its signature, not a version."""
+    method = getattr(type(image_processor), "find_best_resize", None)
+    if method is None:  # not the real class (tests' stand-ins): the newest behaviour
+        return True
+    return "downsample_mode" in inspect.signature(method).parameters
 
 
 # ---- the image processor's arithmetic, in its order ----------------------------------------------
@@ -414,7 +429,7 @@ def canvas_position_span(count: ImageCount, settings: MiniCPMVSettings) -> int:
     scan counts it as one more position (an upper bound by those tokens).
     """
     rows, cols, source_tokens, slice_tokens = count.grid
-    merge = settings.merge_factor
+    merge = math.isqrt(settings.token_divisor)  # the model's merge (by mode), not find_best_resize's rounding
     patch = settings.patch_size
     markers = 2
     if settings.expand_slices and rows and cols:
