@@ -39,9 +39,21 @@ def settings_record(config: ScanConfig, max_length: int | None) -> dict[str, Any
     }
 
 
+def transformers_version() -> str | None:
+    """The installed transformers release, whose processors the counts follow (from its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return None
+
+
 def build_report(summary: Summary, model: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "vlmlint_version": __version__,
+        # the counts follow this release's processor classes (README, "transformers versions")
+        "transformers_version": transformers_version(),
         # Dataset paths may hold bytes that are not UTF-8 (report/safe.py): every format can write them.
         "model": safe_record(model),
         "settings": safe_record(settings),

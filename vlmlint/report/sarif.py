@@ -69,6 +69,8 @@ def sarif_log(report: dict[str, Any], cwd: str | None = None, root: str | None =
             "samplesWithFindings": summary.get("samples_with_findings"),
         },
     }
+    if report.get("transformers_version"):  # the transformers release whose processors the counts follow
+        run["tool"]["driver"]["properties"] = {"transformersVersion": report["transformers_version"]}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
