@@ -40,11 +40,9 @@ of the counted video rows; rows with an uncounted video (VLM109) are counted apa
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -63,6 +61,7 @@ from vlmlint.aggregate import (  # noqa: F401 (the records stats fills; tests im
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError
 from vlmlint.models.base import Knob, Run, VideoCount
+from vlmlint.models.knobs import PATCHES_GRID, VideoKnob, grid_of, patches_words
 from vlmlint.models.registry import knob_for
 from vlmlint.pipelines import PipelineError
 from vlmlint.records import RowOutcome, RowResult
@@ -439,8 +438,8 @@ def trainer_image_search(scanner: Scanner, knob: Knob, limit: int | None) -> Tra
             "expansion holds text that changes with the size); only the max length is recommended"
         )
     step = knob.step
-    values = _grid((n * step for n in PATCHES_GRID), current, max(low, 1))
-    grid = f"{_patches_words(int(math.isqrt(step)))}, and the current {current}, from {max(low, 1)}; each value set as --pipeline-option {name}=VALUE"
+    values = grid_of((n * step for n in PATCHES_GRID), current, max(low, 1))
+    grid = f"{patches_words(int(math.isqrt(step)))}, and the current {current}, from {max(low, 1)}; each value set as --pipeline-option {name}=VALUE"
     return TrainerImageSearch(scanner, name, tuple(int(v) for v in values), current, grid, limit)
 
 
@@ -454,173 +453,43 @@ def collect(scanner: Scanner, outcomes: Iterable[RowOutcome], dataset: str) -> D
 
 # -- video sampling knobs (issue 20, part 4) ----------------------------------------------------------
 
-# The grids the video knobs are searched on: values each sampler accepts (any positive fps, whole frame
-# counts, whole pixel areas), spaced about x1.5 so that a search stays a few dozen exact recounts per row.
-FPS_GRID: tuple[float, ...] = (
-    0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 24.0, 25.0, 30.0, 48.0,
-    50.0, 60.0,
-)  # fmt: skip
-FRAMES_GRID: tuple[int, ...] = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-# pixel areas in merged patches (factor^2 pixels each): a frame of n patches
-PATCHES_GRID: tuple[int, ...] = (
-    4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144,
-    8192, 12288, 16384,
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class VideoKnob:
-    """One video sampling setting as the scan's sampling mode names it, and how to count at another value.
-
-    `at(value)`: (the pipeline, the video settings) that sample with this knob at `value` and every
-    other setting as the scan has it; PipelineError / CountError where the sampler refuses the value.
-    """
-
-    name: str
-    mode: str
-    current: float | int
-    values: tuple[float | int, ...]  # ascending, the current value among them
-    grid: str
-    at: Callable[[float | int], tuple[Any, Any]] = field(repr=False)
-
-
-def _grid(base: Iterable[float | int], current: float | int, low: float | int = 0) -> tuple[float | int, ...]:
-    return tuple(sorted({v for v in base if v >= low} | {current}))
-
 
 def video_knobs(scanner: Scanner) -> tuple[list[VideoKnob], list[str]]:
-    """The video knobs of the scan's family and sampling mode, and a sentence for each that is not searched."""
+    """The video knobs of the scan's family and sampling mode, and a sentence for each that is not searched.
+
+    Each mode says its own: a trainer's pipeline its options (Pipeline.video_knobs: LLaMA-Factory's
+    video_fps / video_maxlen / video_max_pixels, swift's FPS / FPS_MAX_FRAMES / VIDEO_MAX_PIXELS), each
+    tried as `--pipeline-option KEY=value` would set it (a fresh pipeline, bound); transformers' own video
+    processor the family's (Family.video_knobs: Qwen-VL's fps / max_frames / max_pixels)."""
     if scanner.video_refusal is not None:
         return [], [f"videos are not counted ({scanner.video_refusal}): no video knob is searched"]
-    from vlmlint.models.qwen_vl import QwenVideoSettings
-
     family, pipeline, model = scanner.family, scanner.pipeline, scanner.model
     name = scanner.config.pipeline
-    settings = model.video_settings
-    if not isinstance(settings, QwenVideoSettings) or name not in ("hf", "llamafactory", "swift"):
-        where = "transformers' video processor" if name == "hf" else f"--pipeline {name}"
-        return [], [
-            f"{family.title} under {where}: its video sampling knobs are not searched yet (Qwen2-VL / "
-            "Qwen2.5-VL / Qwen3-VL under transformers, --pipeline llamafactory or swift only); only the max "
-            "length is recommended for its video rows"
-        ]
-    if name != "hf":
-        return _trainer_knobs(scanner, name), []
-    processor = settings.processor
-    mode = f"transformers ({processor})"
-    knobs: list[VideoKnob] = []
-    notes: list[str] = []
-
-    def hf(field_name: str) -> Callable[[float | int], tuple[Any, Any]]:
-        return lambda value: (pipeline, dataclasses.replace(settings, **{field_name: value}))
-
-    if not settings.do_sample_frames:
-        notes.append(
-            f"fps, max_frames: {processor} keeps every frame (do_sample_frames is false), so neither applies; "
-            "set do_sample_frames: true (with fps) in video_preprocessor_config.json to sample"
-        )
-    elif settings.num_frames is not None:
-        notes.append(f"fps, max_frames: {processor} samples num_frames={settings.num_frames} frames a clip")
-    elif settings.fps is None:
-        notes.append(f"fps, max_frames: {processor} has no fps to sample with")
-    else:
-        knobs.append(
-            VideoKnob("fps", mode, settings.fps, _grid(FPS_GRID, settings.fps), _FPS_WORDS, hf("fps"))
-        )
-        low = max(settings.min_frames, 1)
-        knobs.append(
-            VideoKnob(
-                "max_frames", mode, settings.max_frames, _grid(FRAMES_GRID, settings.max_frames, low),
-                f"{_FRAMES_WORDS}, from min_frames {low}", hf("max_frames"),
-            )
-        )  # fmt: skip
-    if not settings.do_resize:
-        notes.append(f"max_pixels: {processor} does not resize (do_resize is false)")
-    else:
-        step = settings.factor**2
-        pixel_name = "size.longest_edge" if settings.qwen3 else "max_pixels"
-        what = "pixels over all frames" if settings.qwen3 else "pixels per frame"
-        knobs.append(
-            VideoKnob(
-                pixel_name, mode, settings.max_pixels,
-                _grid((n * step for n in PATCHES_GRID), settings.max_pixels, settings.min_pixels),
-                f"{what}: {_patches_words(settings.factor)}, from min_pixels {settings.min_pixels}",
-                hf("max_pixels"),
-            )
-        )  # fmt: skip
-    return knobs, notes
-
-
-_FPS_WORDS = f"{len(FPS_GRID)} rates from {FPS_GRID[0]} to {FPS_GRID[-1]} fps"
-_FRAMES_WORDS = f"{FRAMES_GRID[0]} to {FRAMES_GRID[-1]} frames, about x1.5 apart"
-
-
-def _patches_words(factor: int) -> str:
-    return (
-        f"{PATCHES_GRID[0]} to {PATCHES_GRID[-1]:,} merged patches of {factor}x{factor} "
-        f"(multiples of {factor * factor}), about x1.5 apart"
+    not_yet = (
+        "its video sampling knobs are not searched yet (Qwen2-VL / Qwen2.5-VL / Qwen3-VL under transformers, "
+        "--pipeline llamafactory or swift only); only the max length is recommended for its video rows"
     )
+    if pipeline.video_sampling != "transformers":  # a trainer's own sampling
+        from vlmlint.pipelines import load_pipeline
 
+        options = dict(scanner.config.pipeline_options)
 
-def _trainer_knobs(scanner: Scanner, name: str) -> list[VideoKnob]:
-    """LLaMA-Factory's video_fps / video_maxlen / video_max_pixels, or swift's FPS / FPS_MAX_FRAMES /
-    VIDEO_MAX_PIXELS: each tried as `--pipeline-option KEY=value` would set it (a fresh pipeline, bound)."""
-    from vlmlint.pipelines import load_pipeline
+        @lru_cache(maxsize=256)
+        def bound(key: str, value: float | int) -> Any:
+            fresh = load_pipeline(name, {**options, key: value})
+            fresh.bind(model)
+            return fresh
 
-    options = dict(scanner.config.pipeline_options)
-    pipeline, model = scanner.pipeline, scanner.model
-    mode = f"--pipeline {name}"
+        def at(key: str) -> Callable[[float | int], tuple[Any, Any]]:
+            return lambda value: (bound(key, value), model.video_settings)
 
-    @lru_cache(maxsize=256)
-    def bound(key: str, value: float | int) -> Any:
-        fresh = load_pipeline(name, {**options, key: value})
-        fresh.bind(model)
-        return fresh
-
-    def at(key: str) -> Callable[[float | int], tuple[Any, Any]]:
-        return lambda value: (bound(key, value), model.video_settings)
-
-    if name == "llamafactory":
-        factor = model.video_settings.factor
-        low = max(pipeline.video_min_pixels, 1)
-        return [
-            VideoKnob("video_fps", mode, pipeline.video_fps, _grid(FPS_GRID, pipeline.video_fps), _FPS_WORDS,
-                      at("video_fps")),
-            VideoKnob("video_maxlen", mode, pipeline.video_maxlen, _grid(FRAMES_GRID, pipeline.video_maxlen, 1),
-                      _FRAMES_WORDS, at("video_maxlen")),
-            VideoKnob(
-                "video_max_pixels", mode, pipeline.video_max_pixels,
-                _grid((n * factor * factor for n in PATCHES_GRID), pipeline.video_max_pixels, low),
-                f"pixels per frame, the pre-resize: {_patches_words(factor)}, from video_min_pixels {low}",
-                at("video_max_pixels"),
-            ),
-        ]  # fmt: skip
-    constants = pipeline.video_constants
-    fps = constants["FPS"]
-    max_frames = int(constants["FPS_MAX_FRAMES"])
-    knobs = [
-        VideoKnob("FPS", mode, fps, _grid(FPS_GRID, fps), _FPS_WORDS, at("FPS")),
-        VideoKnob(
-            "FPS_MAX_FRAMES", mode, max_frames,
-            _grid(FRAMES_GRID, max_frames, int(constants["FPS_MIN_FRAMES"])),
-            f"{_FRAMES_WORDS}, from FPS_MIN_FRAMES {int(constants['FPS_MIN_FRAMES'])}", at("FPS_MAX_FRAMES"),
-        ),
-    ]  # fmt: skip
-    if "VIDEO_MAX_TOKEN_NUM" not in options:  # else compat_qwen_vl_utils ignores VIDEO_MAX_PIXELS
-        assert pipeline.video_template is not None
-        factor = pipeline.video_template[1] * int(constants["SPATIAL_MERGE_SIZE"])
-        current = options.get("VIDEO_MAX_PIXELS", int(constants["VIDEO_MAX_TOKEN_NUM"]) * factor * factor)
-        low = int(constants["VIDEO_MIN_TOKEN_NUM"]) * factor * factor
-        knobs.append(
-            VideoKnob(
-                "VIDEO_MAX_PIXELS", mode, current,
-                _grid((n * factor * factor for n in PATCHES_GRID), current, low),
-                f"pixels per frame (VIDEO_MAX_TOKEN_NUM = VIDEO_MAX_PIXELS // {factor * factor}): "
-                f"{_patches_words(factor)}, from VIDEO_MIN_TOKEN_NUM's {low}",
-                at("VIDEO_MAX_PIXELS"),
-            )
-        )  # fmt: skip
-    return knobs
+        knobs = pipeline.video_knobs(model, at) if pipeline.video_sampling is not None else None
+        if knobs is None:
+            return [], [f"{family.title} under --pipeline {name}: {not_yet}"]
+        return knobs, []
+    if family.video_knobs is None:
+        return [], [f"{family.title} under transformers' video processor: {not_yet}"]
+    return family.video_knobs(model.video_settings, pipeline)
 
 
 Shape = tuple[tuple[Any, ...], ...]  # a row's video expansions with the run lengths left out

@@ -156,7 +156,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
-    "check_videos", "row_videos", "loader_size",
+    "check_videos", "row_videos", "loader_size", "video_knobs",
 )  # fmt: skip
 
 
@@ -228,6 +228,9 @@ class Family:
     # (the row's video counts, video settings) -> None, or CountError where the processor refuses the
     # videos together (InternVL stacks a row's videos: their frame counts and sizes must agree).
     check_videos: Callable[[list[VideoCount], Any], None] | None = None
+    # `vlmlint stats` under transformers' own video processor: (video settings, pipeline) -> (its
+    # sampling knobs as models/knobs.VideoKnob, a sentence for each that does not apply); None: not searched.
+    video_knobs: Callable[[Any, Any], tuple[list[Any], list[str]]] | None = None
 
     @classmethod
     def define(cls, module: str, **fields: Any) -> Family:

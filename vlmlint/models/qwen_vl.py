@@ -23,6 +23,16 @@ from vlmlint.models.base import (
     image_processor_types,
     positive_int,
 )
+from vlmlint.models.knobs import (
+    FPS_GRID,
+    FPS_WORDS,
+    FRAMES_GRID,
+    FRAMES_WORDS,
+    PATCHES_GRID,
+    VideoKnob,
+    grid_of,
+    patches_words,
+)
 from vlmlint.records import VideoMeta
 
 MAX_ASPECT_RATIO = 200
@@ -573,6 +583,55 @@ def trainer_template(pipeline: str, model: Any) -> str | None:
         return "qwen2_vl"
     names = f"{model.checkpoint or ''} {model.name}".lower()
     return "qwen3_vl" if "thinking" in names else "qwen3_vl_nothink"
+
+
+def video_knobs(settings: QwenVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: Qwen2VLVideoProcessor's fps / max_frames
+    (only with do_sample_frames) and max_pixels; Qwen3VLVideoProcessor's fps / max_frames and
+    size.longest_edge (its budget over all frames); a sentence for each that does not apply."""
+    processor = settings.processor
+    mode = f"transformers ({processor})"
+    knobs: list[VideoKnob] = []
+    notes: list[str] = []
+
+    def at(field_name: str) -> Any:
+        return lambda value: (pipeline, dataclasses.replace(settings, **{field_name: value}))
+
+    if not settings.do_sample_frames:
+        notes.append(
+            f"fps, max_frames: {processor} keeps every frame (do_sample_frames is false), so neither applies; "
+            "set do_sample_frames: true (with fps) in video_preprocessor_config.json to sample"
+        )
+    elif settings.num_frames is not None:
+        notes.append(f"fps, max_frames: {processor} samples num_frames={settings.num_frames} frames a clip")
+    elif settings.fps is None:
+        notes.append(f"fps, max_frames: {processor} has no fps to sample with")
+    else:
+        knobs.append(
+            VideoKnob("fps", mode, settings.fps, grid_of(FPS_GRID, settings.fps), FPS_WORDS, at("fps"))
+        )
+        low = max(settings.min_frames, 1)
+        knobs.append(
+            VideoKnob(
+                "max_frames", mode, settings.max_frames, grid_of(FRAMES_GRID, settings.max_frames, low),
+                f"{FRAMES_WORDS}, from min_frames {low}", at("max_frames"),
+            )
+        )  # fmt: skip
+    if not settings.do_resize:
+        notes.append(f"max_pixels: {processor} does not resize (do_resize is false)")
+    else:
+        step = settings.factor**2
+        pixel_name = "size.longest_edge" if settings.qwen3 else "max_pixels"
+        what = "pixels over all frames" if settings.qwen3 else "pixels per frame"
+        knobs.append(
+            VideoKnob(
+                pixel_name, mode, settings.max_pixels,
+                grid_of((n * step for n in PATCHES_GRID), settings.max_pixels, settings.min_pixels),
+                f"{what}: {patches_words(settings.factor)}, from min_pixels {settings.min_pixels}",
+                at("max_pixels"),
+            )
+        )  # fmt: skip
+    return knobs, notes
 
 
 FAMILY = Family.define(

@@ -99,6 +99,11 @@ class Pipeline:
         """The image size the trainer hands to the processor (its own pre-resize); identity here."""
         return height, width
 
+    def video_knobs(self, model: Model, at: Any) -> list[Any] | None:
+        """`vlmlint stats`: the trainer's own video sampling options as models/knobs.VideoKnob, each
+        knob's `at` from `at(option key)` (models/knobs.OptionSetter); None: not searched."""
+        return None
+
     def image_size_option(self) -> tuple[str, int, int] | None:
         """The trainer's own option that sizes images (`vlmlint stats` recommends it, as the trainer names
         it): (its --pipeline-option key, the current value, the smallest value it takes); None when the

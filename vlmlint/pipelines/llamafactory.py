@@ -696,6 +696,38 @@ class LlamaFactoryPipeline(Pipeline):
     def image_size_option(self) -> tuple[str, int, int] | None:
         return "image_max_pixels", self.max_pixels, max(self.min_pixels, 1)
 
+    def video_knobs(self, model: Any, at: Any) -> list[Any] | None:
+        """video_fps, video_maxlen and video_max_pixels (the frames' pre-resize), where the template's
+        Qwen video path is reproduced (video_sampling)."""
+        from vlmlint.models.knobs import (
+            FPS_GRID,
+            FPS_WORDS,
+            FRAMES_GRID,
+            FRAMES_WORDS,
+            PATCHES_GRID,
+            VideoKnob,
+            grid_of,
+            patches_words,
+        )
+
+        if self.video_sampling is None:
+            return None
+        mode = f"--pipeline {self.name}"
+        factor = model.video_settings.factor
+        low = max(self.video_min_pixels, 1)
+        return [
+            VideoKnob("video_fps", mode, self.video_fps, grid_of(FPS_GRID, self.video_fps), FPS_WORDS,
+                      at("video_fps")),
+            VideoKnob("video_maxlen", mode, self.video_maxlen, grid_of(FRAMES_GRID, self.video_maxlen, 1),
+                      FRAMES_WORDS, at("video_maxlen")),
+            VideoKnob(
+                "video_max_pixels", mode, self.video_max_pixels,
+                grid_of((n * factor * factor for n in PATCHES_GRID), self.video_max_pixels, low),
+                f"pixels per frame, the pre-resize: {patches_words(factor)}, from video_min_pixels {low}",
+                at("video_max_pixels"),
+            ),
+        ]  # fmt: skip
+
     def resize(self, height: int, width: int) -> tuple[int, int]:
         qwen = self.template is not None and self.template.plugin in _QWEN2VL_PREPROCESS
         width, height = preprocess_size(width, height, self.max_pixels, self.min_pixels, qwen)

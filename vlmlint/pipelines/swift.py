@@ -530,6 +530,51 @@ class SwiftPipeline(Pipeline):
         last_is_answer = row.sample.messages[-1].role is Role.ASSISTANT
         return before, sizes[2] if last_is_answer else 0
 
+    def video_knobs(self, model: Any, at: Any) -> list[Any] | None:
+        """qwen-vl-utils' FPS, FPS_MAX_FRAMES and VIDEO_MAX_PIXELS (left out when VIDEO_MAX_TOKEN_NUM is
+        set: compat_qwen_vl_utils then ignores it), where the template's video path is reproduced."""
+        from vlmlint.models.knobs import (
+            FPS_GRID,
+            FPS_WORDS,
+            FRAMES_GRID,
+            FRAMES_WORDS,
+            PATCHES_GRID,
+            VideoKnob,
+            grid_of,
+            patches_words,
+        )
+
+        if self.video_template is None:
+            return None
+        mode = f"--pipeline {self.name}"
+        constants = self.video_constants
+        fps = constants["FPS"]
+        max_frames = int(constants["FPS_MAX_FRAMES"])
+        knobs = [
+            VideoKnob("FPS", mode, fps, grid_of(FPS_GRID, fps), FPS_WORDS, at("FPS")),
+            VideoKnob(
+                "FPS_MAX_FRAMES", mode, max_frames,
+                grid_of(FRAMES_GRID, max_frames, int(constants["FPS_MIN_FRAMES"])),
+                f"{FRAMES_WORDS}, from FPS_MIN_FRAMES {int(constants['FPS_MIN_FRAMES'])}", at("FPS_MAX_FRAMES"),
+            ),
+        ]  # fmt: skip
+        if "VIDEO_MAX_TOKEN_NUM" not in self.options:
+            factor = self.video_template[1] * int(constants["SPATIAL_MERGE_SIZE"])
+            current = self.options.get(
+                "VIDEO_MAX_PIXELS", int(constants["VIDEO_MAX_TOKEN_NUM"]) * factor * factor
+            )
+            low = int(constants["VIDEO_MIN_TOKEN_NUM"]) * factor * factor
+            knobs.append(
+                VideoKnob(
+                    "VIDEO_MAX_PIXELS", mode, current,
+                    grid_of((n * factor * factor for n in PATCHES_GRID), current, low),
+                    f"pixels per frame (VIDEO_MAX_TOKEN_NUM = VIDEO_MAX_PIXELS // {factor * factor}): "
+                    f"{patches_words(factor)}, from VIDEO_MIN_TOKEN_NUM's {low}",
+                    at("VIDEO_MAX_PIXELS"),
+                )
+            )  # fmt: skip
+        return knobs
+
     def image_size_option(self) -> tuple[str, int, int] | None:
         """`--max_pixels` when set (swift's rescale_image); unset, the processor's own knob sizes images."""
         return None if self.max_pixels is None else ("max_pixels", self.max_pixels, 1)
