@@ -19,6 +19,7 @@ from PIL import Image
 
 from fixtures import support as harness
 from tests.conftest import PROCESSORS
+from tests.families._releases import needs
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, ModelError, Run, ernie_vl, load_model, qwen_vl
@@ -299,7 +300,7 @@ def test_transformers_helper_agrees(processor):
 def test_expand_is_the_processors_replacement(processor, grid):
     count = ernie_vl.ImageCount(grid[1] * 14, grid[2] * 14, grid, grid[1] * grid[2] // 4)
     assert ernie_vl.expand(count, HUB) == (Run("<|IMAGE_PLACEHOLDER|>", count.tokens),)
-    assert "<|IMAGE_PLACEHOLDER|>" * count.tokens == processor.replace_image_token(
+    assert "<|IMAGE_PLACEHOLDER|>" * count.tokens == needs(processor, "replace_image_token")(
         {"image_grid_thw": np.array([grid])}, 0
     )
 

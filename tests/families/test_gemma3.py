@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from tests.conftest import PROCESSORS, real_processor
+from tests.families._releases import needs
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, gemma3, load_model
@@ -258,7 +259,9 @@ def expanded(segments) -> str:
 def test_expand_is_the_processors_replacement(panscan, crops):
     s = settings_for(True)
     count = gemma3.ImageCount(896, 896, (1, crops) if crops else (1, 1), 256 * (1 + crops))
-    assert expanded(gemma3.expand(count, s)) == panscan.replace_image_token({"num_crops": [crops]}, 0)
+    assert expanded(gemma3.expand(count, s)) == needs(panscan, "replace_image_token")(
+        {"num_crops": [crops]}, 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -315,8 +318,13 @@ def test_image_token_id_of_the_processor_is_the_boi_token(plain):
     config.image_token_id, matched against image features, is <image_soft_token>: that is what
     ImageCount.tokens counts (processor.image_token_ids says so too)."""
     tokenizer = plain.tokenizer
-    assert plain.image_token_id == tokenizer.boi_token_id
-    assert plain.image_token_ids == [tokenizer.image_token_id]
+    # transformers 5.2x (image_token_ids); up to 5.20 the processor's image_token_id was <image_soft_token> (counts unchanged:
+    # vlmlint counts the soft tokens either way, and the whole-prompt tests compare input_ids)
+    if hasattr(plain, "image_token_ids"):
+        assert plain.image_token_id == tokenizer.boi_token_id
+        assert plain.image_token_ids == [tokenizer.image_token_id]
+    else:
+        assert plain.image_token_id == tokenizer.image_token_id
     config = json.loads((PLAIN / "config.json").read_text())
     assert config["image_token_index"] == tokenizer.image_token_id
 

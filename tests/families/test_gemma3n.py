@@ -19,6 +19,7 @@ from PIL import Image
 
 from fixtures import support as harness
 from tests.conftest import PROCESSORS
+from tests.families._releases import needs
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, Run, gemma3n, load_model
@@ -147,7 +148,7 @@ def test_count_exact_matches_count(height, width):
 
 
 def test_transformers_helper_agrees(processor):
-    helper = processor._get_num_multimodal_tokens(image_sizes=[(1, 1), (300, 1000)])
+    helper = needs(processor, "_get_num_multimodal_tokens")(image_sizes=[(1, 1), (300, 1000)])
     assert helper["num_image_tokens"] == [256, 256] == [gemma3n.count(1, 1, HUB).tokens] * 2
 
 
@@ -161,7 +162,7 @@ def expanded(segments) -> str:
 def test_expand_is_the_processors_full_image_sequence(processor):
     count = gemma3n.count(300, 1000, HUB)
     assert expanded(gemma3n.expand(count, HUB)) == processor.full_image_sequence == SEQUENCE
-    assert processor.replace_image_token({}, 0) == SEQUENCE
+    assert needs(processor, "replace_image_token")({}, 0) == SEQUENCE
 
 
 def conversation(n_images: int, text: str) -> list[dict]:

@@ -21,6 +21,7 @@ from PIL import Image
 
 from fixtures import support as harness
 from tests.conftest import PROCESSORS
+from tests.families._releases import needs, records
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, ModelError, Run, gemma4, load_model
@@ -121,6 +122,10 @@ def test_tokenizer_init_kwargs_override_the_image_processor(tmp_path):
     assert real_pipeline(processor, 600, 800)["soft"] == 63 == gemma4.count(600, 800, model.settings).tokens
 
 
+@records(
+    "5.24.0",
+    "5.5.0's and 5.8.0's Gemma4Processor accepts a tokenizer without boa_token / eoa_token, which vlmlint refuses on every release (not yet followed)",
+)
 def test_a_tokenizer_without_audio_markers_is_refused_like_the_processor(tmp_path):
     """Gemma4Processor.validate_inputs raises on every call when boa_token / eoa_token are missing."""
     folder = tmp_path / "gemma4-no-audio"
@@ -304,7 +309,7 @@ def expanded(segments) -> str:
 def test_expand_is_the_processors_replacement(processor, tokens):
     count = gemma4.ImageCount(48, 48, (3, 3), tokens)
     assert gemma4.expand(count, HUB) == ("<|image>", Run("<|image|>", tokens), "<image|>")
-    assert expanded(gemma4.expand(count, HUB)) == processor.replace_image_token(
+    assert expanded(gemma4.expand(count, HUB)) == needs(processor, "replace_image_token")(
         {"num_soft_tokens_per_image": [tokens]}, 0
     )
 

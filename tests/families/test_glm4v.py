@@ -19,6 +19,7 @@ from PIL import Image
 
 from fixtures import support as harness
 from tests.conftest import PROCESSORS
+from tests.families._releases import needs, records
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
 from vlmlint.models import CountError, ModelError, Run, glm4v, load_model
@@ -165,6 +166,10 @@ def test_tokenizer_init_kwargs_override_the_image_processor(tmp_path):
         )
 
 
+@records(
+    "5.24.0",
+    "5.5.0's and 5.8.0's image processor accepts a size with only longest_edge, which vlmlint refuses on every release (not yet followed)",
+)
 def test_a_size_without_both_bounds_is_refused_as_the_image_processor_refuses(tmp_path):
     folder = tmp_path / "glm-no-edge"
     shutil.copytree(FOLDER, folder)
@@ -343,6 +348,10 @@ def test_count_exact_refuses_what_the_image_processor_refuses():
         glm4v.count_exact(model.image_processor, [image(1, 4000)], model.settings)
 
 
+@records(
+    "5.24.0",
+    "5.5.0's and 5.8.0's _get_num_multimodal_tokens disagrees with their own __call__ for large images (the whole-prompt tests, which pass there, compare __call__)",
+)
 def test_transformers_helper_agrees(processor):
     sizes = [(1, 1), (480, 640), (2184, 2212), (3000, 4000), (42, 42)]
     helper = processor._get_num_multimodal_tokens(image_sizes=sizes)
@@ -360,7 +369,7 @@ def expanded(segments) -> str:
 def test_expand_is_the_processors_replacement(processor, grid):
     count = glm4v.ImageCount(grid[1] * 14, grid[2] * 14, grid, grid[1] * grid[2] // 4)
     assert glm4v.expand(count, HUB) == (Run("<|image|>", count.tokens),)
-    assert expanded(glm4v.expand(count, HUB)) == processor.replace_image_token(
+    assert expanded(glm4v.expand(count, HUB)) == needs(processor, "replace_image_token")(
         {"image_grid_thw": np.array([grid])}, 0
     )
 
