@@ -88,6 +88,22 @@ def real_grid(processor, height: int, width: int) -> tuple[int, int]:
     return rows, columns
 
 
+def _helper_counts_run_only() -> bool:
+    """transformers 5.25 changed InternVLProcessor._get_num_multimodal_tokens (processing_internvl.py)
+    from the whole span to the image-token run: 2 + image_seq_length * patches became
+    image_seq_length * patches (no <img>, </img>)."""
+    from packaging.version import Version
+
+    from vlmlint.models import compat
+
+    return Version(compat.transformers_version()) >= Version("5.25.0")
+
+
+def _span_extra() -> int:
+    """What the helper counts beyond the <IMG_CONTEXT> run: <img> and </img> up to 5.24."""
+    return 0 if _helper_counts_run_only() else 2
+
+
 def assert_same(processor, height: int, width: int, helper_agrees: bool = True) -> None:
     settings_ = ours(processor)
     got = internvl.count(height, width, settings_)
@@ -116,8 +132,9 @@ def assert_same(processor, height: int, width: int, helper_agrees: bool = True) 
     assert internvl.count_exact(processor.image_processor, [image(height, width)], settings_) == [got]
     if helper_agrees:
         helper = processor._get_num_multimodal_tokens(image_sizes=[(height, width)])
-        # The helper counts the whole span (<img> and </img> too) and agrees with the pipeline on tiles.
-        assert helper["num_image_tokens"] == [got.tokens + 2]
+        # The helper counts the whole span (<img> and </img> too; from 5.25 the run only) and agrees
+        # with the pipeline on tiles.
+        assert helper["num_image_tokens"] == [got.tokens + _span_extra()]
         assert helper["num_image_patches"] == [num_patches]
 
 
@@ -349,6 +366,6 @@ def test_tokenizer_init_kwargs_beat_the_processor_and_image_processor(init_kwarg
         # _get_num_multimodal_tokens merges kwargs without the tokenizer's init kwargs: it counts as if
         # they were not there, and so disagrees with the pipeline.
         helper = processor._get_num_multimodal_tokens(image_sizes=[(height, width)])["num_image_tokens"]
-        assert helper == [internvl.count(height, width, without).tokens + 2]
-        disagreements += helper != [internvl.count(height, width, ours(processor)).tokens + 2]
+        assert helper == [internvl.count(height, width, without).tokens + _span_extra()]
+        disagreements += helper != [internvl.count(height, width, ours(processor)).tokens + _span_extra()]
     assert disagreements > 0

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 from PIL import Image, ImageOps
 
 from tests.conftest import (
@@ -33,7 +34,7 @@ from tests.conftest import (
 )
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner
-from vlmlint.models import CountError, Run, load_model, pixtral
+from vlmlint.models import CountError, Run, compat, load_model, pixtral
 from vlmlint.template_cache import conversation_for_template
 
 PIXTRAL = PROCESSORS / "pixtral-12b"
@@ -229,23 +230,31 @@ def test_fixture_folders_settings():
     assert big.max_position_embeddings == 1024000
 
 
+# transformers 5.25 changed PixtralProcessor._get_num_multimodal_tokens (processing_pixtral.py) from the
+# whole span, (columns + 1) * rows, to the [IMG] run, columns * rows: the [IMG_BREAK]s and [IMG_END] left it.
+HELPER_COUNTS_RUN_ONLY = Version(compat.transformers_version()) >= Version("5.25.0")
+
+
 def test_num_multimodal_tokens_helper_vs_pipeline():
-    """`_get_num_multimodal_tokens` counts the whole span (the [IMG_BREAK]s and [IMG_END] too) and
-    disagrees with the pipeline where the pipeline raises or does not resize."""
+    """`_get_num_multimodal_tokens` counts the whole span (the [IMG_BREAK]s and [IMG_END] too; from
+    transformers 5.25 the [IMG] run only) and disagrees with the pipeline where the pipeline raises or
+    does not resize."""
     processor = folder_processor(PIXTRAL)
     for height, width in [(1, 1), (300, 700), (1080, 1920), (3000, 4000)]:
         got = pixtral.count(height, width, ours(processor))
         rows, _ = got.grid
         helper = processor._get_num_multimodal_tokens(image_sizes=[(height, width)])
-        assert helper["num_image_tokens"] == [got.tokens + rows]
+        assert helper["num_image_tokens"] == [got.tokens + (0 if HELPER_COUNTS_RUN_ONLY else rows)]
     # The helper builds np.zeros((h, w, 3)) and lets transformers guess the channel axis: a height of 1
     # or 3 reads as channels-first, so it counts a (w x 3) image. 3x500 (1 row of 32 patches: 33 span
     # tokens) becomes 500x3 (32 rows of 1: 64).
     assert pixtral.count(3, 500, ours(processor)).grid == (1, 32)
-    assert processor._get_num_multimodal_tokens(image_sizes=[(3, 500)])["num_image_tokens"] == [64]
+    helper = processor._get_num_multimodal_tokens(image_sizes=[(3, 500)])["num_image_tokens"]
+    assert helper == [32 if HELPER_COUNTS_RUN_ONLY else 64]
     # 1x4000 at longest_edge 1024 floors to 0 rows and the pipeline raises; the helper counts a 4000x3
-    # image (64 rows of 0 [IMG] + break/end) and says 64.
-    assert processor._get_num_multimodal_tokens(image_sizes=[(1, 4000)])["num_image_tokens"] == [64]
+    # image (64 rows of 0 [IMG] + break/end) and says 64 (5.25: 0).
+    helper = processor._get_num_multimodal_tokens(image_sizes=[(1, 4000)])["num_image_tokens"]
+    assert helper == [0 if HELPER_COUNTS_RUN_ONLY else 64]
     with pytest.raises(ValueError):
         processor(text=["[IMG]"], images=[image(1, 4000)], return_tensors=None)
     with pytest.raises(CountError):
@@ -254,7 +263,8 @@ def test_num_multimodal_tokens_helper_vs_pipeline():
     no_resize = real_processor_for({"do_resize": False}, patch_size=16)
     output = no_resize(text=["[IMG]"], images=[image(100, 100)], return_tensors=None)
     assert list(output["input_ids"][0]).count(no_resize.image_token_id) == 36
-    assert no_resize._get_num_multimodal_tokens(image_sizes=[(100, 100)])["num_image_tokens"] == [7 * 8]
+    helper = no_resize._get_num_multimodal_tokens(image_sizes=[(100, 100)])["num_image_tokens"]
+    assert helper == [7 * 7 if HELPER_COUNTS_RUN_ONLY else 7 * 8]
     # size given as height/width: the helper reads size["longest_edge"] and fails, the pipeline works.
     boxed = real_processor_for({"size": {"height": 64, "width": 128}}, patch_size=16)
     assert_same(boxed, 100, 100)
@@ -337,5 +347,5 @@ def test_tokenizer_init_kwargs_beat_the_image_processor(init_kwargs):
         # _get_num_multimodal_tokens merges kwargs without the tokenizer's init kwargs (and always resizes)
         helper = processor._get_num_multimodal_tokens(image_sizes=[(height, width)])["num_image_tokens"]
         unaware = pixtral.count(height, width, without)
-        assert helper == [unaware.tokens + unaware.grid[0]]
+        assert helper == [unaware.tokens + (0 if HELPER_COUNTS_RUN_ONLY else unaware.grid[0])]
     assert pixtral.count(300, 700, ours(processor)) != pixtral.count(300, 700, without)  # so they disagree
