@@ -269,8 +269,8 @@ class LightTokenizer:
     """A profile's tokenizer as vlmlint's formula path asks it, from tokenizer_config.json and the
     tiktoken counter; any other attribute or call goes to the real transformers tokenizer, loaded then."""
 
-    def __init__(self, folder: str, class_name: str, config: dict[str, Any], bpe_file: str) -> None:
-        self._folder = folder
+    def __init__(self, profile: str, class_name: str, config: dict[str, Any], bpe_file: str) -> None:
+        self._folder = profile  # the profile whose cached folder the real tokenizer loads from
         self._bpe_file = bpe_file
         self._real: Any = None
         self._counter: Any = None

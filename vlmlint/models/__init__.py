@@ -718,10 +718,9 @@ class LightModel(Model):
     """A Model whose image processor is loaded on first use (--exact, the self-check), as load_model's
     ordinary path would load it; its names for describe() are the ones that path gives."""
 
-    def __init__(self, *args: Any, image_processor_name: str, folder: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, image_processor_name: str, **kwargs: Any) -> None:
         self._image_processor_loaded: Any = None
         self._image_processor_class = image_processor_name
-        self._folder = folder
         super().__init__(*args, **kwargs)
 
     @property  # type: ignore[override]
@@ -731,10 +730,9 @@ class LightModel(Model):
             family = self.family
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                image_config = _read_json(self._folder, "preprocessor_config.json")
-                self._image_processor_loaded = _load_image_processor(
-                    self._folder, family, image_config, False
-                )
+                folder = _profile_folder(str(self.profile))
+                image_config = _read_json(folder, "preprocessor_config.json")
+                self._image_processor_loaded = _load_image_processor(folder, family, image_config, False)
         return self._image_processor_loaded
 
     @image_processor.setter
@@ -751,8 +749,19 @@ class LightModel(Model):
         return getattr(self.tokenizer, "class_name", None) or super()._tokenizer_name()
 
 
-def _load_real_tokenizer(folder: str) -> Any:
-    """The transformers tokenizer of a profile folder (a LightTokenizer's, on first use)."""
+def _profile_folder(profile_name: str) -> str:
+    """The profile's processor folder in the cache, as load_model's ordinary path reads it (prepared on
+    first use: its tokenizer.json is built with transformers' converter)."""
+    from vlmlint.models import profiles
+
+    profile = profiles.find_profile(profile_name)
+    assert profile is not None
+    return str(profiles.profile_folder(profile))
+
+
+def _load_real_tokenizer(profile_name: str) -> Any:
+    """The transformers tokenizer of a profile (a LightTokenizer's, on first use)."""
+    folder = _profile_folder(profile_name)
     _quiet_transformers()
     from transformers import AutoTokenizer
 
@@ -770,7 +779,9 @@ def _load_light(profile: Any) -> Model | None:
     if light.env_disabled():
         return None
     try:
-        folder = profiles.profile_folder(profile)
+        # The shipped settings files themselves (profile_folder copies them with the tokenizer.json that
+        # only the real tokenizer reads: it is prepared on first use)
+        folder = profiles._data_dir() / profile.name
         files = light.light_profile(profile, folder)
         if files is None:
             return None
@@ -779,7 +790,7 @@ def _load_light(profile: Any) -> Model | None:
         return None  # the ordinary path says what is wrong
     family: Family = files["family"]
     name = str(folder)
-    tokenizer = light.LightTokenizer(name, "Qwen2Tokenizer", files["tokenizer_config"], bpe_file)
+    tokenizer = light.LightTokenizer(profile.name, "Qwen2Tokenizer", files["tokenizer_config"], bpe_file)
     processor_settings = {
         "tokenizer_init_kwargs": None,  # not read by the light families
         "tokenizer_image_token": tokenizer.image_token,
@@ -803,7 +814,6 @@ def _load_light(profile: Any) -> Model | None:
     )
     return LightModel(
         image_processor_name=light.image_processor_name(image_config),
-        folder=name,
         video_settings=video_settings,
         video_refusal=video_refusal,
         name=profile.name,
