@@ -52,10 +52,12 @@ test-reference: $(REF_STAMP)
 # (the issue's four profiles' families, Idefics3, Gemma 3, InternVL) keep it short: all ~40 take about
 # 35 min per release on a 2-core machine (TF_SELECT='not test_fixtures or counts_equal' runs them all).
 # The Omni processors cannot be the reference before 5.2x: their __call__ reads a video processor (torch).
-# `make test-versions TF_TESTS=tests/families` runs the family tests too: not yet green below 5.24
-# (README, "transformers versions").
+# tests/families, the differential family tests, run there too (about 4 min per release): where a
+# processor changed between releases the family follows the installed class (MiniCPM-V 4.6's rounding
+# in "4x" mode, InternVL's forced images kwargs), and a test of a helper or behaviour only later releases
+# have skips naming it (tests/families/_releases.py); README, "transformers versions".
 TF_VERSIONS ?= 5.5.0 5.8.0 5.24.0
-TF_TESTS ?= tests/test_transformers_versions.py tests/test_fixtures.py
+TF_TESTS ?= tests/test_transformers_versions.py tests/test_fixtures.py tests/families
 TF_SELECT ?= not test_fixtures or (counts_equal and (qwen2-vl] or smolvlm-256m or pixtral or llava-v1.6 or idefics3 or gemma-3-4b-it] or internvl3))
 
 test-versions:
