@@ -199,6 +199,28 @@ def build_processor(name: str, class_name: str, trust_remote_code: bool, model_t
                     arguments.append(AbsentPart(attribute, reason, settings))
             return arguments
 
+        @classmethod
+        def _resolve_subprocessors(klass, path, processor_dict, **kwargs):
+            # transformers 5.25 (processing_utils.py ProcessorMixin.from_pretrained) loads the parts here,
+            # into processor_dict, instead of _get_arguments_from_pretrained: the same leniency, per part.
+            resolver = cls._resolve_subprocessors.__func__
+            settings_dict = dict(processor_dict)
+            rest = dict(kwargs)
+            for attribute in cls.get_attributes():
+                one = type(cls.__name__, (cls,), {"get_attributes": classmethod(lambda c, a=attribute: [a])})
+                try:
+                    processor_dict, left = resolver(one, path, processor_dict, **kwargs)
+                except Exception as exc:
+                    if _get_modality_for_attribute(attribute) not in OPTIONAL_PARTS:
+                        raise FallbackRefused(_component_reason(attribute, exc)) from None
+                    reason = _component_reason(attribute, exc)
+                    absent[attribute] = reason
+                    settings = _absent_settings(path, attribute, settings_dict, model_type)
+                    processor_dict[attribute] = AbsentPart(attribute, reason, settings)
+                    continue
+                rest = {key: value for key, value in rest.items() if key in left}  # what a part used is gone
+            return processor_dict, rest
+
     Lenient.__name__ = cls.__name__
     Lenient.__qualname__ = cls.__qualname__
     try:
