@@ -1,4 +1,4 @@
-"""Built-in Qwen-VL profiles loaded without transformers (vlmlint/light.py) give what transformers gives.
+"""Built-in Qwen-VL profiles loaded without transformers (vlmlint/models/light.py, vlmlint/template_env.py) give what transformers gives.
 
 Each side is real: the light model against load_model's ordinary path (AutoTokenizer, AutoImageProcessor,
 transformers' own chat template environment) on the same profile folder; whole scans of every fixture
@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import DATASETS, ROOT
-from vlmlint import light
+from vlmlint import template_env
 from vlmlint.config import ScanConfig
 from vlmlint.engine import Scanner, _foreign_placeholders, _special_tokens, _token_id
-from vlmlint.models import LightModel, load_model
+from vlmlint.models import LightModel, light, load_model
 
 pytestmark = pytest.mark.skipif(
-    light.installed_transformers() not in light.LIGHT_TRANSFORMERS, reason="light path covers another release"
+    template_env.installed_transformers() not in template_env.LIGHT_TRANSFORMERS,
+    reason="light path covers another release",
 )
 PROFILES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 _models: dict[tuple[str, bool], object] = {}
@@ -136,7 +137,7 @@ _message = st.builds(
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_message, min_size=1, max_size=4), st.booleans(), st.sampled_from(PROFILES))
 def test_hypothesis_conversations_render_and_count_the_same(messages, generation_prompt, name):
-    """transformers' own environment and data preparation against light.py's copy, on the profile's
+    """transformers' own environment and data preparation against template_env.py's copy, on the profile's
     template; then the light counter against the transformers tokenizer's input_ids."""
     from transformers.utils import chat_template_utils as utils
 
@@ -158,9 +159,9 @@ def test_hypothesis_conversations_render_and_count_the_same(messages, generation
         utils._plain_template_data,
     )
     ours = render(
-        light.compile_jinja_template,
-        lambda chat: light.alias_reasoning_fields(light.plain_template_data(chat)),
-        light.plain_template_data,
+        template_env.compile_jinja_template,
+        lambda chat: template_env.alias_reasoning_fields(template_env.plain_template_data(chat)),
+        template_env.plain_template_data,
     )
     assert ours == theirs
     texts = [theirs, *(p["text"] for m in messages for p in m["content"] if "text" in p)]

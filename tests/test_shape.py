@@ -19,7 +19,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "vlmlint"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("vlmlint.records", "vlmlint.fileio", "vlmlint.templates", "vlmlint.report.safe", "vlmlint.version"),
+    (
+        "vlmlint.records", "vlmlint.fileio", "vlmlint.templates", "vlmlint.template_env", "vlmlint.report.safe",
+        "vlmlint.version",
+    ),
     ("vlmlint.readers", "vlmlint.models", "vlmlint.images", "vlmlint.image_header", "vlmlint.media", "vlmlint.video"),
     ("vlmlint.template_cache", "vlmlint.counting"),
     ("vlmlint.rules", "vlmlint.pipelines"),

@@ -159,7 +159,7 @@ def _fast_lengths(model: Model, add_special_tokens: bool) -> Any:
     if model.tokenizer is None:
         return None
     light = getattr(model.tokenizer, "length_counter", None)
-    if light is not None:  # a built-in profile loaded without transformers (vlmlint/light.py)
+    if light is not None:  # a built-in profile loaded without transformers (vlmlint/models/light.py)
         return light()
     from vlmlint.models.profiles import find_profile
     from vlmlint.models.qwen_lengths import counter_for
@@ -218,7 +218,7 @@ class Scanner:
             trust_remote_code=config.trust_remote_code,
             processor_options=config.processor_options,
             # a built-in profile without transformers where the formula counts with the processor's
-            # own text path (a trainer's pipeline asks the real tokenizer more: vlmlint/light.py)
+            # own text path (a trainer's pipeline asks the real tokenizer more: vlmlint/models/light.py)
             light=config.pipeline == "hf" and not config.exact,
         )
         self.family = self.model.family

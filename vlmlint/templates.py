@@ -230,9 +230,9 @@ def _bounded_join(join: Any) -> Any:
 
 def _transformers_compile() -> Any:
     """transformers' template compiler: _cached_compile_jinja_template from 5.3.0, _compile_jinja_template
-    in 5.0 to 5.2 (the same sandboxed environment, filters and globals); on the release vlmlint/light.py
+    in 5.0 to 5.2 (the same sandboxed environment, filters and globals); on the release vlmlint/template_env.py
     reproduces, its copy of that environment, so that rendering does not import transformers."""
-    from vlmlint import light
+    from vlmlint import template_env as light
 
     if light.templates_light():
         return light.compile_jinja_template
@@ -245,7 +245,7 @@ def _prepared(conversation: Any) -> Any:
     """The messages as the installed transformers' render_jinja_template hands them to the template: plain
     data (_plain_template_data, 5.23+) with reasoning fields aliased (_alias_reasoning_fields, 5.21+);
     earlier releases pass the messages as given (vlmlint's rows are plain JSON data already)."""
-    from vlmlint import light
+    from vlmlint import template_env as light
 
     if light.templates_light():
         return light.alias_reasoning_fields(light.plain_template_data(conversation))
@@ -258,7 +258,7 @@ def _prepared(conversation: Any) -> Any:
 
 
 def _prepared_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    from vlmlint import light
+    from vlmlint import template_env as light
 
     if light.templates_light():
         return light.plain_template_data(kwargs)

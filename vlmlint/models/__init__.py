@@ -376,7 +376,7 @@ def load_model(
     No name means the default profile (qwen2-vl). `force_fallback`: count with the real processor even
     where a family has a formula (tests prove the two agree). `processor_options` (--processor-option):
     image processor keys set as if the processor's file held them (apply_processor_options).
-    `light`: a built-in profile the formula counts (vlmlint/light.py) loads without transformers; the
+    `light`: a built-in profile the formula counts (vlmlint/models/light.py) loads without transformers; the
     image processor and the transformers tokenizer then load on first use (--exact, the self-check).
     """
     from vlmlint.models import profiles
@@ -711,7 +711,7 @@ def _load_processor(
     )
 
 
-# --- built-in profiles without transformers (vlmlint/light.py) -----------------------------------------
+# --- built-in profiles without transformers (vlmlint/models/light.py) -----------------------------------------
 
 
 class LightModel(Model):
@@ -772,9 +772,8 @@ def _load_real_tokenizer(profile_name: str) -> Any:
 
 def _load_light(profile: Any) -> Model | None:
     """The profile's model as the ordinary path would give it, without transformers; None where
-    vlmlint/light.py does not cover the profile (or this transformers), and the ordinary path runs."""
-    from vlmlint import light
-    from vlmlint.models import profiles
+    vlmlint/models/light.py does not cover the profile (or this transformers), and the ordinary path runs."""
+    from vlmlint.models import light, profiles
 
     if light.env_disabled():
         return None
@@ -800,7 +799,7 @@ def _load_light(profile: Any) -> Model | None:
         image_config = files["image_config"]
         check_image_config(image_config)
         settings = family.settings_from(
-            light.qwen_image_attributes(image_config), processor_settings, files["model_config"]
+            family.light_image_attributes(image_config), processor_settings, files["model_config"]
         )
         check_settings(settings)
         family = family.bound(settings)

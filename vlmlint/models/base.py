@@ -156,7 +156,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
-    "check_videos", "row_videos", "loader_size", "video_knobs",
+    "check_videos", "row_videos", "loader_size", "video_knobs", "light_image_attributes",
 )  # fmt: skip
 
 
@@ -231,6 +231,10 @@ class Family:
     # `vlmlint stats` under transformers' own video processor: (video settings, pipeline) -> (its
     # sampling knobs as models/knobs.VideoKnob, a sentence for each that does not apply); None: not searched.
     video_knobs: Callable[[Any, Any], tuple[list[Any], list[str]]] | None = None
+    # A built-in profile loaded without transformers (models/light.py): the preprocessor config dict ->
+    # what the family's PIL image processor would hold (the attributes settings_from reads); None: such
+    # profiles load through transformers.
+    light_image_attributes: Callable[[Mapping[str, Any]], Any] | None = None
 
     @classmethod
     def define(cls, module: str, **fields: Any) -> Family:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -583,6 +584,35 @@ def trainer_template(pipeline: str, model: Any) -> str | None:
         return "qwen2_vl"
     names = f"{model.checkpoint or ''} {model.name}".lower()
     return "qwen3_vl" if "thinking" in names else "qwen3_vl_nothink"
+
+
+# Qwen2VLImageProcessorPil's class attributes (image_processing_pil_qwen2_vl.py, transformers 5.24.0).
+_PIL_DEFAULTS: dict[str, Any] = {
+    "size": {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 1280},
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "do_resize": True,
+}
+
+
+def light_image_attributes(image_config: Mapping[str, Any]) -> Any:
+    """What Qwen2VLImageProcessorPil(**file) holds that settings_from reads (transformers 5.24.0, for the
+    built-in profiles loaded without transformers, models/light.py): its size with the file's min_pixels
+    / max_pixels written over it (its __init__'s backward compatibility), the rest the file's value or
+    the class's."""
+    from types import SimpleNamespace
+
+    size = image_config.get("size")
+    size = dict(_PIL_DEFAULTS["size"]) if size is None else dict(size)
+    if image_config.get("min_pixels") is not None:
+        size["shortest_edge"] = image_config["min_pixels"]
+        size.pop("min_pixels", None)
+    if image_config.get("max_pixels") is not None:
+        size["longest_edge"] = image_config["max_pixels"]
+        size.pop("max_pixels", None)
+    values = {key: image_config.get(key, default) for key, default in _PIL_DEFAULTS.items() if key != "size"}
+    return SimpleNamespace(size=size, **values)
 
 
 def video_knobs(settings: QwenVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:

@@ -44,7 +44,7 @@ _UNKNOWN = object()
 @cache
 def transformers_dir() -> Path:
     """The installed transformers' package folder, found without importing it (a built-in profile's
-    scan never imports transformers: vlmlint/light.py)."""
+    scan never imports transformers: vlmlint/models/light.py)."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformers")
