@@ -205,8 +205,12 @@ def build_processor(name: str, class_name: str, trust_remote_code: bool, model_t
             # into processor_dict, instead of _get_arguments_from_pretrained: the same leniency, per part.
             resolver = cls._resolve_subprocessors.__func__
             settings_dict = dict(processor_dict)
+            for attribute in [key for key, value in kwargs.items() if isinstance(value, AbsentPart)]:
+                processor_dict[attribute] = kwargs.pop(attribute)  # passed in by build_processor's retry
             rest = dict(kwargs)
             for attribute in cls.get_attributes():
+                if isinstance(processor_dict.get(attribute), AbsentPart):
+                    continue
                 one = type(cls.__name__, (cls,), {"get_attributes": classmethod(lambda c, a=attribute: [a])})
                 try:
                     processor_dict, left = resolver(one, path, processor_dict, **kwargs)
@@ -223,16 +227,37 @@ def build_processor(name: str, class_name: str, trust_remote_code: bool, model_t
 
     Lenient.__name__ = cls.__name__
     Lenient.__qualname__ = cls.__qualname__
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            processor = Lenient.from_pretrained(name, trust_remote_code=trust_remote_code)
-    except FallbackRefused:
-        raise
-    except Exception as exc:
-        raise FallbackRefused(f"{class_name} could not be built: {type(exc).__name__}: {exc}") from None
+    supplied: dict[str, AbsentPart] = {}
+    for retry in (False, True):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                processor = Lenient.from_pretrained(name, trust_remote_code=trust_remote_code, **supplied)
+            break
+        except FallbackRefused:
+            raise
+        except Exception as exc:
+            if retry or not _loads_its_own_video_processor(cls):
+                raise FallbackRefused(
+                    f"{class_name} could not be built: {type(exc).__name__}: {exc}"
+                ) from None
+            # transformers 5.25's Ernie4_5_VLMoeProcessor.from_pretrained builds its video processor itself,
+            # before _resolve_subprocessors, unless one is passed in: pass the stand-in and build again.
+            reason = _component_reason("video_processor", exc)
+            absent["video_processor"] = reason
+            config = _read_json(name, "processor_config.json")
+            settings = _absent_settings(name, "video_processor", config, model_type)
+            supplied = {"video_processor": AbsentPart("video_processor", reason, settings)}
     processor._vlmlint_absent = absent  # which parts are stand-ins, and why (for the notice)
     return processor
+
+
+def _loads_its_own_video_processor(cls: type) -> bool:
+    """A processor class (5.25+: _resolve_subprocessors) whose own from_pretrained builds the video processor."""
+    from transformers.processing_utils import ProcessorMixin
+
+    own = getattr(cls.from_pretrained, "__func__", None) is not ProcessorMixin.from_pretrained.__func__
+    return own and hasattr(cls, "_resolve_subprocessors") and "video_processor" in cls.get_attributes()
 
 
 def _component_reason(attribute: str, exc: BaseException) -> str:
