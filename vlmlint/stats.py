@@ -330,7 +330,42 @@ class StatsCollector:
         )
 
 
-class TrainerImageSearch:
+class GridTally:
+    """How many rows fit at each value of an explicit grid, and those that fit at none: what both grid
+    searches (the trainer's image option, the video knobs) keep, every value counted for every row."""
+
+    def __init__(self, size: int) -> None:
+        self.fitting = [0] * size
+        self.fittable = self.at_current = self.unfittable = 0
+        self.unfittable_rows: list[str] = []
+
+    def tally(self, row: RowResult, fits: list[bool], limit: int) -> None:
+        if not any(fits):
+            self.unfittable += 1
+            if len(self.unfittable_rows) < UNFITTABLE_LISTED:
+                self.unfittable_rows.append(row.sample.location)
+            return
+        self.fittable += 1
+        self.at_current += row.seq_len is not None and row.seq_len <= limit
+        for position, fit in enumerate(fits):
+            self.fitting[position] += fit
+
+    def shares(self) -> Iterable[tuple[str, int, int | None]]:
+        """Per share: (label, rows it needs, the position of the largest value keeping them, or None)."""
+        for label, share in KEEP_SHARES:
+            need = rows_to_keep(share, self.fittable)
+            best = next(
+                (
+                    i
+                    for i in reversed(range(len(self.fitting)))
+                    if self.fitting[i] >= need and self.fitting[i]
+                ),
+                None,
+            )
+            yield label, need, best
+
+
+class TrainerImageSearch(GridTally):
     """The trainer's own image-size option (Pipeline.image_size_option: LLaMA-Factory's image_max_pixels,
     swift's max_pixels, Qwen's fine-tune script's max_pixels), searched as `--pipeline-option KEY=value`
     would set it: a fresh pipeline per grid value, each image recounted by its count_image (the trainer's
@@ -356,9 +391,7 @@ class TrainerImageSearch:
             except (PipelineError, CountError):  # a value the trainer's own checks refuse
                 continue
             self.pipelines.append((value, fresh))
-        self.fitting = [0] * len(self.pipelines)
-        self.fittable = self.at_current = self.unfittable = 0
-        self.unfittable_rows: list[str] = []
+        super().__init__(len(self.pipelines))
         family, settings = scanner.family, scanner.model.settings
         self._tokens = lru_cache(maxsize=65536)(
             lambda position, height, width, images: (
@@ -383,32 +416,15 @@ class TrainerImageSearch:
         fits = [
             (n := self.length(row, i)) is not None and n <= self.limit for i in range(len(self.pipelines))
         ]
-        if not any(fits):
-            self.unfittable += 1
-            if len(self.unfittable_rows) < UNFITTABLE_LISTED:
-                self.unfittable_rows.append(row.sample.location)
-            return
-        self.fittable += 1
-        self.at_current += row.seq_len is not None and row.seq_len <= self.limit
-        for position, fit in enumerate(fits):
-            self.fitting[position] += fit
+        self.tally(row, fits, self.limit)
 
     def result(self) -> KnobStats:
-        found = []
-        for label, share in KEEP_SHARES:
-            need = rows_to_keep(share, self.fittable)
-            best = next(
-                (
-                    i
-                    for i in reversed(range(len(self.pipelines)))
-                    if self.fitting[i] >= need and self.fitting[i]
-                ),
-                None,
-            )
-            if best is None:
-                found.append(Recommendation(label, need, None, 0))
-            else:
-                found.append(Recommendation(label, need, self.pipelines[best][0], self.fitting[best]))
+        found = [
+            Recommendation(label, need, None, 0)
+            if best is None
+            else Recommendation(label, need, self.pipelines[best][0], self.fitting[best])
+            for label, need, best in self.shares()
+        ]
         low = self.pipelines[0][0] if self.pipelines else self.current
         return KnobStats(
             name=self.name,
@@ -584,7 +600,7 @@ class _RowLengths:
         return length + runs - at_runs
 
 
-class _KnobSearch:
+class _KnobSearch(GridTally):
     """One video knob: for every grid value, how many video rows are within the limit there."""
 
     def __init__(self, knob: VideoKnob) -> None:
@@ -596,44 +612,25 @@ class _KnobSearch:
             except (PipelineError, CountError):  # a value the sampler's own checks refuse
                 continue
             self.samplers.append((value, pipeline, settings))
-        self.fitting = [0] * len(self.samplers)
-        self.fittable = self.at_current = self.unfittable = 0
-        self.unfittable_rows: list[str] = []
+        super().__init__(len(self.samplers))
 
     def add(self, lengths: _RowLengths, limit: int) -> None:
         fits = [
             (n := lengths(pipeline, settings)) is not None and n <= limit
             for _, pipeline, settings in self.samplers
         ]
-        row = lengths.row
-        if not any(fits):
-            self.unfittable += 1
-            if len(self.unfittable_rows) < UNFITTABLE_LISTED:
-                self.unfittable_rows.append(row.sample.location)
-            return
-        self.fittable += 1
-        self.at_current += row.seq_len is not None and row.seq_len <= limit
-        for position, fit in enumerate(fits):
-            self.fitting[position] += fit
+        self.tally(lengths.row, fits, limit)
 
     def result(self, limit: int) -> VideoKnobStats:
-        found = []
-        for label, share in KEEP_SHARES:
-            need = rows_to_keep(share, self.fittable)
-            best = next(
-                (
-                    i
-                    for i in reversed(range(len(self.samplers)))
-                    if self.fitting[i] >= need and self.fitting[i]
-                ),
-                None,
+        last = len(self.samplers) - 1
+        found = [
+            VideoRecommendation(label, need, None, 0)
+            if best is None
+            else VideoRecommendation(
+                label, need, self.samplers[best][0], self.fitting[best], top=best == last
             )
-            if best is None:
-                found.append(VideoRecommendation(label, need, None, 0))
-            else:
-                value = self.samplers[best][0]
-                top = best == len(self.samplers) - 1
-                found.append(VideoRecommendation(label, need, value, self.fitting[best], top=top))
+            for label, need, best in self.shares()
+        ]
         knob = self.knob
         return VideoKnobStats(
             name=knob.name,
