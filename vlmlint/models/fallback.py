@@ -291,10 +291,16 @@ def image_token_ids(processor: Any, model_config: dict[str, Any]) -> frozenset[i
             break
     if found:
         return frozenset(found)
-    value = getattr(processor, "image_token_id", None)
+    return _processor_token_id(processor, "image")
+
+
+def _processor_token_id(processor: Any, kind: str) -> frozenset[int]:
+    """The processor's `{kind}_token_id`, else its `{kind}_token` through the tokenizer (not unk); empty
+    when it names neither."""
+    value = getattr(processor, f"{kind}_token_id", None)
     if isinstance(value, int) and value >= 0:
         return frozenset({value})
-    token = getattr(processor, "image_token", None)
+    token = getattr(processor, f"{kind}_token", None)
     tokenizer = getattr(processor, "tokenizer", None)
     if isinstance(token, str) and token and tokenizer is not None:
         value = tokenizer.convert_tokens_to_ids(token)
@@ -341,16 +347,7 @@ def video_token_ids(processor: Any, model_config: dict[str, Any]) -> frozenset[i
             }
             if found:
                 return frozenset(found)
-    value = getattr(processor, "video_token_id", None)
-    if isinstance(value, int) and value >= 0:
-        return frozenset({value})
-    token = getattr(processor, "video_token", None)
-    tokenizer = getattr(processor, "tokenizer", None)
-    if isinstance(token, str) and token and tokenizer is not None:
-        value = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(value, int) and value != getattr(tokenizer, "unk_token_id", None):
-            return frozenset({value})
-    return frozenset()
+    return _processor_token_id(processor, "video")
 
 
 def has_video_processor(processor: Any) -> bool:
