@@ -199,8 +199,25 @@ def test_dataset_scan_counts_rows_as_the_processor(tmp_path, processor):
         },
     ]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    args = ["scan", str(tmp_path / "data.jsonl"), "--model", str(FOLDER), "--verify", "2", "--format", "json"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code in (0, 1), result.output
-    summary = json.loads(result.stdout)["summary"]
-    assert summary["verify"]["disagreements"] == 0 and summary["verify"]["rows"] == 2
+    # The header path against the real processor on decoded images (--exact), row by row: --verify would
+    # not decode the 8 MP page (its pixel budget, vlmlint/verify.py ROW_PIXELS).
+    args = [
+        "scan",
+        str(tmp_path / "data.jsonl"),
+        "--model",
+        str(FOLDER),
+        "--verify",
+        "0",
+        "-f",
+        "jsonl",
+        "--all-rows",
+    ]
+
+    def rows(*extra):
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code in (0, 1), result.output
+        return [(r["seq_len"], r["image_tokens"]) for r in map(json.loads, result.stdout.splitlines())]
+
+    formula = rows()
+    assert len(formula) == 2 and all(seq is not None for seq, _ in formula)
+    assert formula == rows("--exact")
