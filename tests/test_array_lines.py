@@ -87,6 +87,17 @@ def test_a_broken_array_reports_the_line_of_the_item_where_it_breaks(tmp_path):
     assert samples[-1].problems[0].code == "VLM101"
 
 
+def test_an_integer_beyond_64_bits_is_valid_json_not_a_broken_array(tmp_path):
+    """yajl's C backend says "integer overflow" (even for -2**63): the rows are read again by ijson's
+    Python backend, each once, with their lines (found by tests/hardening's hypothesis)."""
+    path = tmp_path / "data.json"
+    rows = [{**ROW, "id": "0"}, {**ROW, "id": "1", "n": -(2**63)}, {**ROW, "id": "2", "n": 2**70}]
+    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
+    samples = list(iter_samples(str(path)))
+    assert [(s.id, s.line) for s in samples] == [("0", 2), ("1", 3), ("2", 4)]
+    assert not any(p.code == "VLM101" for s in samples for p in s.problems)
+
+
 def test_the_wrapper_streams_what_ijson_asks_for_and_no_more():
     import ijson
 

@@ -275,23 +275,37 @@ def _array_rows(read: _ManifestRead) -> Iterator[Sample | _Raw]:
     from vlmlint.readers.array_lines import ArrayElementLines, ElementLimit
 
     index = 0
-    with open(path, "rb") as raw:
-        handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
-        try:
-            for row in ijson.items(handle, "item", use_float=True):
-                line = handle.take()
-                # A worker parses the element again from compact JSON: only where that gives back
-                # this very row (not for ints beyond 64 bits, infinities, lone surrogates).
-                element = _reencoded(row) if batching and file_layout.value is not None else None
-                if element is not None and line is not None:
-                    yield index, line, element
-                else:
-                    yield file_layout.sample(origin, row, index, line)
-                index += 1
-        except (ijson.JSONError, ElementLimit) as exc:
-            message = f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
-            # No raw bytes to hash: the message stands for them.
-            yield _malformed(origin.source, index, handle.take(), message, message.encode())
+    # yajl's C backend refuses integers outside 64 bits with use_float ("integer overflow", even -2**63):
+    # valid JSON, so the file is read again from the start by ijson's pure-Python backend, the rows
+    # already given skipped, and goes on from there.
+    for backend in (ijson, ijson.get_backend("python")):
+        given, index = index, 0
+        with open(path, "rb") as raw:
+            handle = ArrayElementLines(raw)  # notes the line each element starts on as ijson reads
+            try:
+                for row in backend.items(handle, "item", use_float=True):
+                    line = handle.take()
+                    if index < given:
+                        index += 1
+                        continue
+                    # A worker parses the element again from compact JSON: only where that gives back
+                    # this very row (not for ints beyond 64 bits, infinities, lone surrogates).
+                    element = _reencoded(row) if batching and file_layout.value is not None else None
+                    if element is not None and line is not None:
+                        yield index, line, element
+                    else:
+                        yield file_layout.sample(origin, row, index, line)
+                    index += 1
+                return
+            except (ijson.JSONError, ElementLimit) as exc:
+                if backend is ijson and "integer overflow" in _first_line(exc):
+                    continue
+                message = (
+                    f"JSON array is malformed after item {index}: {_first_line(exc)}; the rest is not read"
+                )
+                # No raw bytes to hash: the message stands for them.
+                yield _malformed(origin.source, index, handle.take(), message, message.encode())
+                return
 
 
 def _reencoded(row: Any) -> bytes | None:
