@@ -150,8 +150,8 @@ def render(records: dict[tuple[str, str], str]) -> str:
         "tokens or more) is reported (VLM408) and not tokenized: the tokenizer's memory grows with the",
         "text (about 0.3 GB per MB with Qwen's tokenizer), and no model's context holds such a row.",
         "",
-        "Known limits: in a JSON array, an integer beyond 64 bits stops the reading of the file (ijson's",
-        "C parser), where JSON Lines reads it as a float.",
+        "Known limits: an integer beyond 64 bits is read as a float in JSON Lines (orjson) and as an int",
+        "in a JSON array (the file read again by ijson's Python parser, whose C parser refuses it).",
     ]
     for area, (title, scope) in AREAS.items():
         cases = [(case, outcome) for (key, case), outcome in records.items() if key == area]

@@ -262,7 +262,8 @@ def test_non_finite_and_huge_numbers(tmp_path, case, value, record):
             outcomes.append(f'{kind}: {problems[0][0]} "{problems[0][1]}"')
         else:
             number = next(r[1] for r in rows if r[1] != "good")
-            outcomes.append(f"{kind}: read, id {number} (a float: orjson reads integers beyond 64 bits so)")
+            how = " (a float: orjson reads integers beyond 64 bits so)" if kind == "JSONL" else " (an int)"
+            outcomes.append(f"{kind}: read, id {number}{how}")
     record("manifests", f"{case} as a number in a row", "; ".join(outcomes))
 
 
