@@ -166,8 +166,9 @@ class ScanSession:
             notice(f"vlmlint: {self.scanner.model.notice}")
         from vlmlint.models.compat import untested
 
-        if notice is not None and untested() is not None:  # loaded past the proven range on request
-            notice(f"vlmlint: warning: {untested()}")
+        past_range = untested()
+        if notice is not None and past_range is not None:  # loaded past the proven range on request
+            notice(f"vlmlint: warning: {past_range}")
         if engine == "ray":  # the same scan as a Ray Data job; a Ray it starts stops at exit
             from vlmlint.ray_engine import RayExecutor, RayUnavailable
 

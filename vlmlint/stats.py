@@ -210,15 +210,12 @@ class StatsCollector:
             knob = "the model has no tokenizer: no sequence length to fit"
         # A trainer that sizes images itself (its own option, e.g. LLaMA-Factory's image_max_pixels): that
         # option is the knob, named as the trainer names it, searched on a grid (TrainerImageSearch).
-        self.trainer: TrainerImageSearch | None = None
-        if isinstance(knob, Knob):
-            trainer = trainer_image_search(scanner, knob, self.limit)
-            if isinstance(trainer, str):
-                knob = trainer
-            elif trainer is not None:
-                self.trainer, knob = trainer, "searched as the trainer's option"
+        trainer = trainer_image_search(scanner, knob, self.limit) if isinstance(knob, Knob) else None
+        self.trainer = trainer if isinstance(trainer, TrainerImageSearch) else None
+        if trainer is not None:  # the trainer's option replaces the processor's knob, or says why not
+            knob = None if self.trainer else trainer
         self.knob: Knob | None = knob if isinstance(knob, Knob) else None
-        self.knob_note: str | None = None if isinstance(knob, Knob) or self.trainer else knob
+        self.knob_note: str | None = knob if isinstance(knob, str) else None
         self.length_at = RowLength(scanner, self.knob) if self.knob else None
         self.video = VideoCollector(scanner, self.limit)
 

@@ -390,8 +390,9 @@ def load_model(
             return model
     from vlmlint.models import compat
 
-    if compat.too_old() is not None:
-        raise ModelError(compat.too_old())
+    refusal = compat.unsupported()
+    if refusal is not None:
+        raise ModelError(refusal)
     if profile is None:
         if not os.path.isdir(name):
             refusal = _not_a_model(name, profiles.PROFILES) or _hub_unreachable(name)

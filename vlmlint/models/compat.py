@@ -52,7 +52,7 @@ ALLOW_UNTESTED = "VLMLINT_ALLOW_UNTESTED_TRANSFORMERS"
 SUPPORTED_RANGE = f">={MIN_TRANSFORMERS},<{FIRST_UNPROVEN}"
 
 
-def too_old() -> str | None:
+def unsupported() -> str | None:
     """Why the installed transformers cannot serve, naming the release to install; None when it can
     (outside the proven range but allowed by ALLOW_UNTESTED: `untested()` says so)."""
     from packaging.version import Version
