@@ -14,15 +14,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from PIL import Image
 from typer.testing import CliRunner
 
 from tests.conftest import DATASETS
+from tests.test_pipeline_internvl import TRUTH, _rows  # the same recorded rows, written as files
 from vlmlint.cli import app
 from vlmlint.models import load_model, profiles
 from vlmlint.pipelines.internvl import SYSTEM_MESSAGE
 
-TRUTH = json.loads(Path(__file__).with_name("trainers").joinpath("internvl_truth.json").read_text())
 runner = CliRunner()
 
 
@@ -60,22 +59,6 @@ def test_template_is_the_internvl2_5_conversation(chat):
     )
     system = (Message(Role.SYSTEM, (Part(text="Be brief."),)), *messages)
     assert encoder.render(system).startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n")
-
-
-def _rows(tmp_path: Path) -> list[dict]:
-    rows = []
-    for number, recorded in enumerate(TRUTH["rows"]):
-        sizes = recorded["image"] if isinstance(recorded["image"][0], list) else [recorded["image"]]
-        names = []
-        for k, (width, height) in enumerate(sizes):
-            name = f"r{number}_{k}_{width}x{height}.png"
-            Image.new("RGB", (width, height)).save(tmp_path / name)
-            names.append(name)
-        conversations = [{"from": who, "value": value} for who, value in recorded["conversations"]]
-        rows.append(
-            {"id": number, "image": names if len(names) > 1 else names[0], "conversations": conversations}
-        )
-    return rows
 
 
 def _scan(path: Path, *options: str) -> list[dict]:
