@@ -61,6 +61,25 @@ def test_cli_reports_the_verification():
     assert 1 <= default["rows"] <= 32 and default["rows"] + default["left_by_time_budget"] == 32
 
 
+def test_rechecked_video_rows_are_said_not_to_prove_their_videos():
+    """The recheck reruns a row's images and text through the real classes; its videos are counted by the
+    same formula both times, so the summary says how many rechecked rows hold videos (issue 20)."""
+    dataset = DATASETS / "media" / "mllm_video_demo.json"
+    args = ["scan", str(dataset), "--model", "qwen2.5-vl", "--verify-budget", "600"]
+    report = orjson.loads(CliRunner().invoke(app, [*args, "--format", "json"]).stdout)
+    verify = report["summary"]["verify"]
+    assert report["summary"]["videos_counted"]["videos"] == 3
+    assert (verify["rows"], verify["video_rows_formula_only"]) == (3, 3)
+    text = CliRunner().invoke(app, args).stdout
+    assert "3 of them hold videos, whose tokens were not rechecked" in " ".join(text.split())
+    images_only = orjson.loads(
+        CliRunner()
+        .invoke(app, ["scan", str(DATASETS / "llava"), "--model", MODEL, "--format", "json"])
+        .stdout
+    )
+    assert "video_rows_formula_only" not in images_only["summary"]["verify"]
+
+
 VERIFY_MODELS = [
     "qwen2-vl",
     "llava-v1.6-mistral-7b",

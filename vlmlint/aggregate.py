@@ -60,6 +60,7 @@ class Summary:
     verify_disagreements: int = 0
     verify_skipped: str | None = None  # why --verify could not recheck any row
     verify_coverage: dict | None = None  # strata and budgets, when a --verify budget left rows out
+    verify_video_rows: int = 0  # rechecked rows whose videos' counts were not rechecked (formula both times)
     keep_rows: int = KEEP_FLAGGED_ROWS
     spilled_rows: int = 0
     _spill: IO[bytes] | None = field(default=None, repr=False)
@@ -99,9 +100,11 @@ class Summary:
         disagreements: list[tuple[RowOutcome, Finding]],
         skipped: str | None = None,
         coverage: dict | None = None,
+        video_rows: int = 0,
     ) -> None:
         """Record the --verify self-check; each disagreement joins its row's findings."""
         self.verified_rows = checked
+        self.verify_video_rows = video_rows
         self.verify_coverage = coverage
         self.verify_skipped = skipped
         self.verify_disagreements = len(disagreements)
@@ -165,6 +168,7 @@ class Summary:
             "image_tokens_per_image": percentiles(self.image_tokens),
             "verify": {"rows": self.verified_rows, "disagreements": self.verify_disagreements}
             | ({"not_run": self.verify_skipped} if self.verify_skipped else {})
+            | ({"video_rows_formula_only": self.verify_video_rows} if self.verify_video_rows else {})
             | (self.verify_coverage or {}),
             # Rows whose videos / audio clips are not counted: their seq_len is a lower bound (VLM109).
             "media_not_counted": {"rows": self.media_rows, "videos": self.videos, "audios": self.audios},
@@ -298,7 +302,7 @@ class VideoKnobStats:
 
     name: str  # as the sampling mode names it: video_fps, FPS, size.longest_edge, ...
     mode: str  # who reads it: "transformers (Qwen2VLVideoProcessor)", "--pipeline llamafactory", ...
-    current: float | int
+    current: float | int | None  # None: not in effect now (every frame is kept)
     grid: str  # the values tried, in words
     limit: int
     rows_fittable: int  # video rows that some grid value makes fit (the shares are of these)

@@ -309,6 +309,7 @@ class ScanSession:
             kept,
             skipped=verifier.skipped,
             coverage=verifier.coverage() if verifier.limited else None,
+            video_rows=verifier.video_rows,
         )
 
     def finish(self, result: ScanResult) -> None:

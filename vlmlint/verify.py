@@ -81,6 +81,9 @@ class Verifier:
     skipped: str | None = None  # why the recheck could not run (the exact path needs torchvision here)
     left_by_time: int = 0  # rows that were to be checked when the time budget ran out
     spent: float = 0.0  # seconds the recheck took
+    # checked rows holding counted videos: the recheck runs the real image processor only, so their video
+    # tokens come from the same formula both times (the real video processors need torch and torchvision)
+    video_rows: int = 0
     _warming: threading.Thread | None = None
     _randoms: list[random.Random] = field(
         default_factory=lambda: [random.Random(SEED + i) for i in range(len(STRATA))]
@@ -174,6 +177,8 @@ class Verifier:
             checked += 1
             self.strata[stratum(pixels)].checked += 1
             a, b = fast.result, precise.result
+            if any(info.kind == "video" and info.tokens is not None for info in a.media):
+                self.video_rows += 1
             if any(ref.dropped for ref in a.sample.images):
                 continue  # its embedded bytes were not kept (engine.KEEP_EMBEDDED_BYTES): nothing to recount
             if any(info.error_code == ImageError.BOMB for info in b.images):

@@ -133,7 +133,9 @@ def render_text(
         console.print(
             Text(
                 f"verify: {summary.verified_rows} rows rechecked with the real image processor, "
-                f"{summary.verify_disagreements} disagreement(s)" + _verify_coverage(summary.verify_coverage),
+                f"{summary.verify_disagreements} disagreement(s)"
+                + _verify_coverage(summary.verify_coverage)
+                + _verify_videos(summary.verify_video_rows),
                 style=style,
             ),
             soft_wrap=True,
@@ -172,6 +174,16 @@ class TextEmitter:
             incomplete=report.report.get("incomplete"),
             counted_by=report.counted_by,
         )
+
+
+def _verify_videos(rows: int) -> str:
+    """Rechecked rows with videos: the self-check reran their images and text, not their videos."""
+    if not rows:
+        return ""
+    return (
+        f"; {rows} of them hold videos, whose tokens were not rechecked (the self-check runs the real "
+        "image processor only; the video formulas are proven by vlmlint's reference tests)"
+    )
 
 
 def _verify_coverage(coverage: dict | None) -> str:
