@@ -174,6 +174,19 @@ def _number(value: float | int) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)  # plain digits: pasted into configs
 
 
+def _now(knob: VideoKnobStats) -> str:
+    """The knob's current value, or what the sampler does while the key is not in effect."""
+    return "every frame" if knob.current is None else _number(knob.current)
+
+
+def _current(knob: VideoKnobStats) -> str:
+    return (
+        "the current setting (every frame kept)"
+        if knob.current is None
+        else f"the current {_number(knob.current)}"
+    )
+
+
 def _video_cell(item: VideoRecommendation, knob: VideoKnobStats) -> Text:
     if item.value is None:
         return Text("no grid value", style="yellow")
@@ -203,14 +216,14 @@ def _video(video: VideoStats, console: Console) -> None:
     )
     table.add_column("keep")
     for knob in video.knobs:
-        table.add_column(f"{knob.name} (now {_number(knob.current)})")
+        table.add_column(f"{knob.name} (now {_now(knob)})")
     for position, (label, _) in enumerate((r.keep, None) for r in first.recommendations):
         table.add_row(label, *(_video_cell(knob.recommendations[position], knob) for knob in video.knobs))
     console.print(table)
     for knob in video.knobs:
         line = (
             f"{knob.name}: the largest value tried ({knob.grid}) that keeps the share of video rows within "
-            f"{knob.limit}, each counted exactly; the current {_number(knob.current)} keeps {knob.rows_at_current} of "
+            f"{knob.limit}, each counted exactly; {_current(knob)} keeps {knob.rows_at_current} of "
             f"those {knob.rows_fittable} rows."
         )
         console.print(line, highlight=False, soft_wrap=True)
