@@ -28,13 +28,17 @@ Two recommendations are computed from the counts, never guessed:
   the other rows.
 
 For rows with videos (issue 20), the video sampling knobs as the scan's sampling mode names them
-(video_knobs): transformers' Qwen2VLVideoProcessor `fps` / `max_frames` (only with do_sample_frames)
-and `max_pixels`, Qwen3VLVideoProcessor `fps` / `max_frames` / `size.longest_edge`; LLaMA-Factory
-0.9.5's `video_fps` / `video_maxlen` / `video_max_pixels`; ms-swift 4.6.0's (qwen-vl-utils 0.0.14)
-`FPS` / `FPS_MAX_FRAMES` / `VIDEO_MAX_PIXELS`. One knob at a time, the others at their current
-values, each on a fixed grid of values the sampler accepts, every grid value recounted exactly for
-every video row with vlmlint's own video count (VideoCollector: no monotonicity is assumed). Shares are
-of the counted video rows; rows with an uncounted video (VLM109) are counted apart.
+(video_knobs): under transformers' own video processor each family's (Family.video_knobs: Qwen-VL's
+`fps` / `max_frames` / `max_pixels` or `size.longest_edge`, Gemma 4's `num_frames` or `fps` and
+`max_soft_tokens`, GLM-4.1V's `fps` / `max_duration` / `size.longest_edge`, SmolVLM2's `video_sampling`
+fps / max_frames, InternVL's and the LLaVA video families' `num_frames` or `fps`; a frame count written
+with `do_sample_frames: true` where every frame is kept now); LLaMA-Factory 0.9.5's `video_fps` /
+`video_maxlen` / `video_max_pixels`; ms-swift 4.6.0's (qwen-vl-utils 0.0.14) `FPS` / `FPS_MAX_FRAMES` /
+`VIDEO_MAX_PIXELS`. One knob at a time, the others at their current values, each on a fixed grid of
+values the sampler accepts, every grid value recounted exactly for every video row with vlmlint's own
+video count (VideoCollector: no monotonicity is assumed). Shares are of the counted video rows; rows
+with an uncounted video (VLM109) are counted apart, and rows the current setting refuses (a clip shorter
+than Gemma 4's num_frames 32) are not searched.
 """
 
 from __future__ import annotations
@@ -473,14 +477,14 @@ def video_knobs(scanner: Scanner) -> tuple[list[VideoKnob], list[str]]:
     Each mode says its own: a trainer's pipeline its options (Pipeline.video_knobs: LLaMA-Factory's
     video_fps / video_maxlen / video_max_pixels, swift's FPS / FPS_MAX_FRAMES / VIDEO_MAX_PIXELS), each
     tried as `--pipeline-option KEY=value` would set it (a fresh pipeline, bound); transformers' own video
-    processor the family's (Family.video_knobs: Qwen-VL's fps / max_frames / max_pixels)."""
+    processor the family's (Family.video_knobs, each a key of video_preprocessor_config.json)."""
     if scanner.video_refusal is not None:
         return [], [f"videos are not counted ({scanner.video_refusal}): no video knob is searched"]
     family, pipeline, model = scanner.family, scanner.pipeline, scanner.model
     name = scanner.config.pipeline
     not_yet = (
-        "its video sampling knobs are not searched yet (Qwen2-VL / Qwen2.5-VL / Qwen3-VL under transformers, "
-        "--pipeline llamafactory or swift only); only the max length is recommended for its video rows"
+        "its video sampling knobs are not searched yet (under a trainer's own sampling only --pipeline "
+        "llamafactory's and swift's Qwen-VL video paths are); only the max length is recommended for its video rows"
     )
     if pipeline.video_sampling != "transformers":  # a trainer's own sampling
         from vlmlint.pipelines import load_pipeline
@@ -500,8 +504,11 @@ def video_knobs(scanner: Scanner) -> tuple[list[VideoKnob], list[str]]:
         if knobs is None:
             return [], [f"{family.title} under --pipeline {name}: {not_yet}"]
         return knobs, []
-    if family.video_knobs is None:
-        return [], [f"{family.title} under transformers' video processor: {not_yet}"]
+    if family.video_knobs is None:  # every family that counts videos under transformers has its hook
+        return [], [
+            f"{family.title} under transformers' video processor: its video sampling knobs are not searched "
+            "yet; only the max length is recommended for its video rows"
+        ]
     return family.video_knobs(model.video_settings, pipeline)
 
 

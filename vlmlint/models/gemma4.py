@@ -50,6 +50,7 @@ from vlmlint.models.base import (
     no_knob,
     positive_int,
 )
+from vlmlint.models.knobs import VideoKnob, frame_knobs, settings_at
 from vlmlint.records import VideoMeta
 
 DEFAULT_IMAGE_TOKEN = "<|image|>"
@@ -371,6 +372,24 @@ def expand_video(count: VideoCount, settings: Gemma4VideoSettings) -> Expansion:
             settings.eoi_token,
         ]
     return tuple(segments)
+
+
+def video_knobs(settings: Gemma4VideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: num_frames or fps as the sampler reads them
+    (BaseVideoProcessor.sample_frames: one or the other, only with do_sample_frames), and max_soft_tokens,
+    each frame's budget, on the five values Gemma4VideoProcessor accepts."""
+    knobs, notes = frame_knobs(settings, pipeline, VIDEO_PROCESSOR, "either")
+    if not settings.do_resize:
+        notes.append(f"max_soft_tokens: {VIDEO_PROCESSOR} does not resize (do_resize is false)")
+    else:
+        knobs.append(
+            VideoKnob(
+                "max_soft_tokens", f"transformers ({VIDEO_PROCESSOR})", settings.max_soft_tokens,
+                SUPPORTED_SOFT_TOKENS, "soft tokens per frame: the only values the video processor accepts",
+                settings_at(settings, pipeline, "max_soft_tokens"),
+            )
+        )  # fmt: skip
+    return knobs, notes
 
 
 FAMILY = Family.define(

@@ -60,6 +60,17 @@ from vlmlint.models.base import (
     image_processor_types,
     positive_int,
 )
+from vlmlint.models.knobs import (
+    DURATION_GRID,
+    DURATION_WORDS,
+    FPS_GRID,
+    FPS_WORDS,
+    PATCHES_GRID,
+    VideoKnob,
+    grid_of,
+    patches_words,
+    settings_at,
+)
 from vlmlint.records import VideoMeta
 
 MAX_ASPECT_RATIO = 200
@@ -519,6 +530,55 @@ def expand_video(count: VideoCount, settings: GlmVideoSettings) -> Expansion:
         stamp = str(int(time)) if settings.timestamps == "integer" else f"{time:.1f} seconds"
         segments += [BEGIN_OF_IMAGE, Run(settings.placeholder, per_group), END_OF_IMAGE + stamp]
     return tuple(segments)
+
+
+def video_knobs(settings: GlmVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: Glm4vVideoProcessor's fps and max_duration
+    (it samples fps frames a second of clips up to max_duration s, int(max_duration * fps) frames of a longer
+    one; only with do_sample_frames), and size.longest_edge, the pixel budget over the whole clip (frames x
+    height x width). Glm46VVideoProcessor reads neither fps nor max_duration."""
+    processor = settings.processor
+    mode = f"transformers ({processor})"
+    knobs: list[VideoKnob] = []
+    notes: list[str] = []
+    if not settings.do_sample_frames:
+        notes.append(
+            f"fps, max_duration: {processor} keeps every frame (do_sample_frames is false), so neither applies; "
+            "set do_sample_frames: true in video_preprocessor_config.json to sample"
+        )
+    elif settings.glm46v:
+        steps = ", ".join(f"{fps:g} fps up to {limit} s" for limit, fps in GLM46V_FPS_STEPS[:-1])
+        notes.append(
+            f"fps, max_duration: {processor} does not read them: it picks its rate from the clip's duration "
+            f"({steps}, else {GLM46V_FPS_STEPS[-1][1]:g}; at most {GLM46V_MAX_FRAMES} frames)"
+        )
+    elif settings.fps is None:  # its sampler refuses every clip then: no row to search
+        notes.append(f"fps, max_duration: {processor} has no fps to sample with")
+    else:
+        knobs.append(
+            VideoKnob("fps", mode, settings.fps, grid_of(FPS_GRID, settings.fps), FPS_WORDS, settings_at(settings, pipeline, "fps"))
+        )  # fmt: skip
+        knobs.append(
+            VideoKnob(
+                "max_duration", mode, settings.max_duration, grid_of(DURATION_GRID, settings.max_duration),
+                f"{DURATION_WORDS}: a longer clip gets int(max_duration x fps) frames spread over it",
+                settings_at(settings, pipeline, "max_duration"),
+            )
+        )  # fmt: skip
+    if not settings.do_resize:
+        notes.append(f"size.longest_edge: {processor} does not resize (do_resize is false)")
+    else:
+        step = settings.factor**2
+        knobs.append(
+            VideoKnob(
+                "size.longest_edge", mode, settings.longest_edge,
+                grid_of((n * step for n in PATCHES_GRID), settings.longest_edge, settings.shortest_edge),
+                f"pixels over all frames: {patches_words(settings.factor)}, from size.shortest_edge "
+                f"{settings.shortest_edge}",
+                settings_at(settings, pipeline, "longest_edge"),
+            )
+        )  # fmt: skip
+    return knobs, notes
 
 
 def trainer_template(pipeline: str, model: Any) -> str | None:

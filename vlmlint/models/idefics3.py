@@ -50,6 +50,7 @@ from vlmlint.models.base import (
     image_processor_types,
     positive_int,
 )
+from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.records import VideoMeta
 
 PLACEHOLDER = "<image>"
@@ -278,6 +279,7 @@ class SmolVLMVideoSettings:
     do_pad: bool = True
     do_resize: bool = True
     max_image_size: int = 512  # every frame's side after the resize (max_image_size.longest_edge)
+    video_sampling: bool = True  # fps / num_frames came from the file's video_sampling (fps, max_frames)
 
 
 def video_settings_from(
@@ -307,6 +309,7 @@ def video_settings_from(
         max_image_size=positive_int(
             _size_value(config.get("max_image_size") or {}, "longest_edge"), "max_image_size.longest_edge"
         ),
+        video_sampling=sampling is not None,
     )
 
 
@@ -408,6 +411,26 @@ def expand_video(count: VideoCount, settings: SmolVLMVideoSettings) -> Expansion
         ]
     segments.append(MEDIA_OUTTRO)
     return tuple(segments)
+
+
+def video_knobs(settings: SmolVLMVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: SmolVLMVideoProcessor's fps and frame cap
+    (video_sampling's fps / max_frames, only with do_sample_frames: with it false, the frame cap written
+    with do_sample_frames: true). No frame-size knob: every frame is one image_seq_len block."""
+    keys = (
+        ("video_sampling.fps", "video_sampling.max_frames")
+        if settings.video_sampling
+        else ("fps", "num_frames")
+    )
+    knobs, notes = frame_knobs(
+        settings, pipeline, VIDEO_PROCESSOR, "both", fps_key=keys[0], frames_key=keys[1]
+    )
+    notes.append(
+        f"frame size: {VIDEO_PROCESSOR} resizes every frame to one {settings.max_image_size}x"
+        f"{settings.max_image_size} image of image_seq_len {settings.image_seq_len} tokens, so no size "
+        "setting changes the count"
+    )
+    return knobs, notes
 
 
 # Idefics3Processor.__call__ finds each image's text by its first and last character

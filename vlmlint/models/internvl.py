@@ -30,6 +30,7 @@ from vlmlint.models.base import (
     no_knob,
     positive_int,
 )
+from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.records import VideoMeta
 
 PLACEHOLDER = "<IMG_CONTEXT>"
@@ -321,6 +322,18 @@ def expand_video(count: VideoCount, settings: InternVLVideoSettings) -> Expansio
             END_IMAGE_TOKEN,
         ]
     return tuple(segments)
+
+
+def video_knobs(settings: InternVLVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: num_frames (over fps, which it replaces),
+    with do_sample_frames: true where every frame is kept now. No frame-size knob: every frame is one
+    image_seq_length tile."""
+    knobs, notes = frame_knobs(settings, pipeline, VIDEO_PROCESSOR, "frames first")
+    notes.append(
+        f"size: {VIDEO_PROCESSOR} resizes every frame to one {settings.frame_width}x{settings.frame_height} "
+        f"tile of image_seq_length {settings.image_seq_length} tokens, so no size setting changes the count"
+    )
+    return knobs, notes
 
 
 FAMILY = Family.define(

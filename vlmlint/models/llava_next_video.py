@@ -33,6 +33,7 @@ from vlmlint.models.base import (
     no_knob,
     positive_int,
 )
+from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.models.llava import PLACEHOLDER, Size, resize_output
 from vlmlint.models.llava_next import count, count_exact, expand, settings_from
 from vlmlint.models.llava_onevision import sampled_frames  # BaseVideoProcessor.sample_frames, shared
@@ -144,6 +145,24 @@ def check_videos(counts: list[VideoCount], settings: LlavaNextVideoSettings) -> 
 def expand_video(count: VideoCount, settings: LlavaNextVideoSettings) -> Expansion:
     """`<video>` once per pooled feature of every frame: nothing else enters the text."""
     return (Run(VIDEO_PLACEHOLDER, count.tokens),)
+
+
+def video_knobs(settings: LlavaNextVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: num_frames or fps (BaseVideoProcessor's
+    sampler: one or the other), num_frames with do_sample_frames: true where every frame is kept now.
+    The frame size does change the count, but not a size the model takes: its CLIP vision tower refuses
+    frames other than its own input size (no interpolate_pos_encoding on the video path)."""
+    knobs, notes = frame_knobs(settings, pipeline, VIDEO_PROCESSOR, "either")
+    crop = settings.crop_size
+    if settings.do_center_crop and crop is not None:
+        size = f"crop_size {crop.width}x{crop.height}"
+    else:
+        size = "size"
+    notes.append(
+        f"{size}: not searched; the frames must keep the vision tower's input size (its CLIP encoder "
+        "raises on any other), so only the frame count is a knob"
+    )
+    return knobs, notes
 
 
 FAMILY = Family.define(

@@ -35,6 +35,7 @@ from vlmlint.models.base import (
     no_knob,
     positive_int,
 )
+from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.models.llava_next import select_best_resolution  # the same pinpoint choice
 from vlmlint.records import VideoMeta
 
@@ -320,6 +321,18 @@ def count_video(meta: VideoMeta, settings: OnevisionVideoSettings) -> VideoCount
 def expand_video(count: VideoCount, settings: OnevisionVideoSettings) -> Expansion:
     """`<video>` repeated once per pooled feature of every frame, and once for the newline."""
     return (Run(VIDEO_PLACEHOLDER, count.tokens),)
+
+
+def video_knobs(settings: OnevisionVideoSettings, pipeline: Any) -> tuple[list[VideoKnob], list[str]]:
+    """`vlmlint stats` under transformers' own video processor: num_frames or fps (BaseVideoProcessor's
+    sampler: one or the other), num_frames with do_sample_frames: true where every frame is kept now. No
+    frame-size knob: the pooled grid is fixed by num_image_tokens."""
+    knobs, notes = frame_knobs(settings, pipeline, VIDEO_PROCESSOR, "either")
+    notes.append(
+        f"size: every frame is pooled to {settings.pooled}x{settings.pooled} features (from the processor's "
+        f"num_image_tokens {settings.num_image_tokens}), so no size setting changes the count"
+    )
+    return knobs, notes
 
 
 FAMILY = Family.define(
