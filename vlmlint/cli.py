@@ -274,7 +274,7 @@ def scan(
     verify_budget: Annotated[
         float | None,
         typer.Option(
-            help="Seconds the --verify recheck may take (default: a tenth of the scan's time, at least 0.5).",
+            help="Seconds the --verify recheck may take, its image processor's load included (default: a tenth of the scan's time, at least 0.5).",
             min=0,
         ),
     ] = None,

@@ -206,6 +206,11 @@ def _verify_coverage(coverage: dict | None) -> str:
     if coverage["left_by_time_budget"]:
         text += (
             f"; {coverage['left_by_time_budget']} chosen row(s) left by the "
-            f"{coverage['budget']['seconds']:.1f} s time budget (--verify-budget)"
+            f"{coverage['budget']['seconds']:.1f} s time budget (--verify-budget"
+            + (
+                f"; {coverage['budget']['processor_load_seconds']:.1f} s of it loading the real image processor)"
+                if coverage["budget"].get("processor_load_seconds")
+                else ")"
+            )
         )
     return text
