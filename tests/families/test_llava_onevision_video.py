@@ -145,3 +145,19 @@ def test_a_video_row_is_counted_end_to_end(tmp_path):
     )
     composed, saved = scanner.encoder.compose(rendered, [], videos=(count,))
     assert result.seq_len == len(scanner.model.tokenizer(composed)["input_ids"]) + saved
+
+
+def test_a_row_whose_videos_keep_different_frames_is_refused_as_the_processor_refuses_it():
+    """LlavaOnevisionProcessor stacks a row's videos (return_tensors="pt"): 8 and 90 kept frames raise
+    ValueError in the real processor (tests/reference/test_stats_video_knobs.py's two-clip row), so the
+    row is not counted; the same frame count stacks."""
+    settings = load_model(str(PROCESSORS / llava_onevision_video.FOLDER)).video_settings
+    clips = [
+        VideoMeta(frames=n, fps=24.0, duration=n / 24, width=320, height=240, header_frames=n)
+        for n in (8, 90, 8)
+    ]
+    counts = [llava_onevision.count_video(clip, settings) for clip in clips]
+    with pytest.raises(CountError, match="stack expects each tensor to be equal size"):
+        llava_onevision.check_videos(counts[:2], settings)
+    llava_onevision.check_videos([counts[0], counts[2]], settings)
+    assert llava_onevision.FAMILY.check_videos is llava_onevision.check_videos

@@ -36,7 +36,10 @@ from vlmlint.models.base import (
 from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.models.llava import PLACEHOLDER, Size, resize_output
 from vlmlint.models.llava_next import count, count_exact, expand, settings_from
-from vlmlint.models.llava_onevision import sampled_frames  # BaseVideoProcessor.sample_frames, shared
+from vlmlint.models.llava_onevision import (  # BaseVideoProcessor.sample_frames and the stacking, shared
+    sampled_frames,
+    stacked_videos,
+)
 from vlmlint.records import VideoMeta
 
 __all__ = ["count", "count_exact", "expand", "settings_from"]  # LLaVA-NeXT's image hooks, found by name
@@ -132,14 +135,7 @@ def count_video(meta: VideoMeta, settings: LlavaNextVideoSettings) -> VideoCount
 def check_videos(counts: list[VideoCount], settings: LlavaNextVideoSettings) -> None:
     """The processor stacks a row's videos into one tensor: kept frames and frame sizes must agree."""
     del settings
-    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
-    if len(set(shapes)) > 1:
-        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
-        raise CountError(
-            f"the row's videos keep different frames ({listed}): LlavaNextVideoProcessor stacks them into one "
-            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
-            "or sample the same number of frames"
-        )
+    stacked_videos(counts, PROCESSOR_CLASS)
 
 
 def expand_video(count: VideoCount, settings: LlavaNextVideoSettings) -> Expansion:

@@ -15,7 +15,9 @@ video_utils.default_sample_indices_fn; `LlavaOnevisionProcessor.replace_video_to
 `<video>` becomes frames * ceil(sqrt(num_image_tokens) / 2)^2 + 1 copies of `<video>` (196 per frame
 of the 27x27 SigLIP grid, pooled 2x2, and one newline), whatever the frame size (every frame is
 resized to one 384x384 view). The frames are every frame (do_sample_frames is off by default), or with
-do_sample_frames: num_frames, or max(1, int(total / video_fps * fps)), refused above the total.
+do_sample_frames: num_frames, or max(1, int(total / video_fps * fps)), refused above the total. The
+processor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt"): clips that keep
+different frame counts or frame sizes make it raise, which check_videos predicts.
 """
 
 from __future__ import annotations
@@ -316,6 +318,26 @@ def count_video(meta: VideoMeta, settings: OnevisionVideoSettings) -> VideoCount
     height, width = _resized(meta, settings)
     pooled = settings.pooled
     return VideoCount(frames, height, width, (frames, pooled, pooled), frames * pooled * pooled + 1, mode)
+
+
+def stacked_videos(counts: list[VideoCount], processor: str) -> None:
+    """The processor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt", as
+    trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError
+    ("Unable to convert output 'pixel_values_videos' ... stack expects each tensor to be equal size")."""
+    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
+    if len(set(shapes)) > 1:
+        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
+        raise CountError(
+            f"the row's videos keep different frames ({listed}): {processor} stacks them into one "
+            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
+            "or sample the same number of frames"
+        )
+
+
+def check_videos(counts: list[VideoCount], settings: OnevisionVideoSettings) -> None:
+    """LlavaOnevisionProcessor stacks the row's videos (stacked_videos)."""
+    del settings
+    stacked_videos(counts, "LlavaOnevisionProcessor")
 
 
 def expand_video(count: VideoCount, settings: OnevisionVideoSettings) -> Expansion:
