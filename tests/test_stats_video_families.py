@@ -56,6 +56,8 @@ MODES = (
     Mode("internvl3-1b-hf", 3000, ("num_frames" + EVERY,), notes=("no size setting",)),
     Mode("internvl3-1b-hf", 5000, ("fps",), base=(("do_sample_frames", True), ("fps", 8))),
     Mode("llava-onevision-qwen2-7b-ov", 4000, ("num_frames" + EVERY,), notes=("no size setting",)),
+    # fps set but ignored (do_sample_frames off): the frame count is written with fps: null (both refused)
+    Mode("llava-onevision-qwen2-7b-ov", 4000, ("num_frames" + EVERY + ", fps: null",), base=(("fps", 2),)),
     Mode("llava-next-video-7b-hf", 3000, ("num_frames" + EVERY,), notes=("vision tower's input size",)),
 )  # fmt: skip
 IDS = [mode.id for mode in MODES]
@@ -156,6 +158,31 @@ def test_a_knob_that_is_not_in_effect_now_says_so(dataset, tmp):  # noqa: F811
     text = console.export_text()
     assert "num_frames with do_sample_frames: true (now every frame)" in text
     assert "the current setting (every frame kept) keeps" in text
+
+
+def test_frame_knobs_follow_each_sampler_rule():
+    """models/knobs.frame_knobs on the settings the fixtures do not hold: the knob in effect, the other a note."""
+    from dataclasses import replace
+
+    from vlmlint.models import gemma4, internvl
+    from vlmlint.models.knobs import frame_knobs
+
+    gemma = gemma4.Gemma4VideoSettings(num_frames=None)  # do_sample_frames on, neither set: every frame
+    (knob,), (note,) = frame_knobs(gemma, None, "Gemma4VideoProcessor", "either")
+    assert (knob.name, knob.current, knob.also) == ("num_frames", None, ())
+    assert note == "fps: unset, Gemma4VideoProcessor keeps every frame"
+    assert knob.at(8)[1] == replace(gemma, num_frames=8)
+    intern = internvl.InternVLVideoSettings(448, 448, True, True, 8, 2.0, True, 256)
+    (knob,), (note,) = frame_knobs(intern, None, "InternVLVideoProcessor", "frames first")
+    assert (knob.name, knob.current) == ("num_frames", 8) and "num_frames wins over fps" in note
+    (knob,), (note,) = frame_knobs(
+        replace(intern, num_frames=None), None, "InternVLVideoProcessor", "frames first"
+    )
+    assert (knob.name, knob.current) == ("fps", 2.0) and "replaces the fps sampling" in note
+    assert (
+        frame_knobs(replace(intern, num_frames=None, fps=None), None, "X", "frames first")[0][0].current
+        is None
+    )
 
 
 # -- exact lengths -------------------------------------------------------------------------------------
