@@ -36,6 +36,7 @@ class _RunAt:
     image: int | None  # which image's expansion the run belongs to
     char_start: int  # where its one written token starts in the composed text
     count: int
+    video: bool = False  # a run of a video's expansion
 
 
 @lru_cache(maxsize=64)
@@ -174,7 +175,7 @@ class TextEncoder:
                     if matched < len(expected) and expected[matched][1] == segment:
                         image = expected[matched][0]
                         matched += 1
-                    runs.append(_RunAt(image, length, segment.count))
+                    runs.append(_RunAt(image, length, segment.count, isinstance(segment, _VideoRun)))
                     pieces.append(segment.token)
                     length += len(segment.token)
                     saved += segment.count - 1
@@ -185,6 +186,44 @@ class TextEncoder:
 
     def image_spans(self, row: CountedRow) -> tuple[Span, ...] | None:
         """Each image's [first, last + 1) token positions in input_ids (from its first to last run)."""
+        located = self._located_runs(row)
+        if located is None:
+            return None
+        spans: dict[int, list[int]] = {}
+        for first, run in located:
+            if run.image is not None:
+                span = spans.setdefault(run.image, [first, first + run.count])
+                span[1] = first + run.count
+        return tuple((spans[i][0], spans[i][1]) for i in sorted(spans))
+
+    def media_ends(self, row: CountedRow) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """Where each image's and each video's expansion ends in input_ids (one past its last run's
+        last token), from one tokenization. None: a run this tokenizer's offsets do not place, or runs
+        that do not add up to the row's images and videos."""
+        located = self._located_runs(row)
+        if located is None:
+            return None
+        images: dict[int, int] = {}
+        for first, run in located:
+            if run.image is not None:
+                images[run.image] = first + run.count
+        expand = self.family.expand_video
+        per_video = [
+            sum(isinstance(seg, Run) and seg.count > 0 for seg in expand(video, self.model.video_settings))
+            for video in row.videos
+        ] if expand is not None else []  # fmt: skip
+        ends = [first + run.count for first, run in located if run.video]
+        if len(ends) != sum(per_video) or 0 in per_video or sorted(images) != list(range(len(images))):
+            return None
+        videos, taken = [], 0
+        for runs in per_video:
+            taken += runs
+            videos.append(ends[taken - 1])
+        return tuple(images[i] for i in range(len(images))), tuple(videos)
+
+    def _located_runs(self, row: CountedRow) -> list[tuple[int, _RunAt]] | None:
+        """Each run of the row's composed text with its first token's position in input_ids (None:
+        offsets this tokenizer does not report: no positions rather than wrong ones)."""
         rendered = self.render(row.sample.messages, videos=bool(row.videos))
         text, _, runs = self._compose(rendered, row.counts, videos=row.videos)
         encoding = self.model.tokenizer(
@@ -193,18 +232,15 @@ class TextEncoder:
         starts = {
             start: index for index, (start, end) in enumerate(encoding["offset_mapping"]) if end > start
         }
-        spans: dict[int, list[int]] = {}
+        located = []
         extra = 0
         for run in runs:
             token = starts.get(run.char_start)
             if token is None:
-                return None  # offsets this tokenizer does not report: no spans rather than wrong ones
-            first = token + extra
+                return None
+            located.append((token + extra, run))
             extra += run.count - 1
-            if run.image is not None:
-                span = spans.setdefault(run.image, [first, first + run.count])
-                span[1] = first + run.count
-        return tuple((spans[i][0], spans[i][1]) for i in sorted(spans))
+        return located
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """The ids of each text without special tokens (a trainer's own tokenization)."""

@@ -695,12 +695,7 @@ class Scanner:
                 taken = sum(self.family.position_span(count, settings) for count in prepared.counts)
                 max_position = seq_len - sum(count.tokens for count in prepared.counts) + taken - 1
                 if prepared.videos:  # (a family without a video position span: no max position)
-                    assert self.family.video_position_span is not None
-                    video_settings = self.model.video_settings
-                    max_position += sum(
-                        self.family.video_position_span(video, video_settings) - video.tokens
-                        for video in prepared.videos
-                    )
+                    max_position = self._video_max_position(prepared, max_position)
         result = RowResult(
             sample=prepared.sample,
             images=prepared.images,
@@ -717,6 +712,39 @@ class Scanner:
             if fate is not None:
                 result = replace(result, trainer=fate)
         return result
+
+    def _video_max_position(self, prepared: _Prepared, last: int) -> int | None:
+        """The row's largest M-RoPE position id with its videos, from `last` (the last token's with the
+        images' spans): each video moves it by its advance; where a video's own positions reach beyond
+        the text after it (Qwen2-VL's long clips: time is not an advance), the largest of them, from
+        where the video sits in input_ids (one tokenization with offsets). None: not known."""
+        hook = self.family.video_position_span
+        assert hook is not None and self.family.position_span is not None
+        videos = prepared.videos
+        spans = [hook(video, self.model.video_settings) for video in videos]
+        if any(span.beyond is None for span in spans):
+            return None
+        last += sum(span.advance - video.tokens for span, video in zip(spans, videos, strict=True))
+        if all(span.beyond is not None and span.beyond < 0 for span in spans):
+            return last  # (every video's positions stay below the text after it)
+        ends = self.encoder.media_ends(_counted(prepared))
+        if ends is None or len(ends[0]) != len(prepared.counts):
+            return None
+        settings = self.model.settings
+        # each medium's end in input_ids, and how many positions fewer than tokens it takes
+        saved = [
+            (end, count.tokens - self.family.position_span(count, settings))
+            for end, count in zip(ends[0], prepared.counts, strict=True)
+        ] + [
+            (end, video.tokens - span.advance)
+            for end, video, span in zip(ends[1], videos, spans, strict=True)
+        ]
+        largest = last
+        for end, span in zip(ends[1], spans, strict=True):
+            assert span.beyond is not None
+            after = end - sum(fewer for at, fewer in saved if at <= end)  # the next token's position
+            largest = max(largest, after + span.beyond)
+        return largest
 
     def check(self, result: RowResult) -> tuple[Finding, ...]:
         findings = tuple(finding for rule in self.rules for finding in rule.check(result, self.context))

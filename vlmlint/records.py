@@ -247,8 +247,8 @@ class RowResult:
     # its last (tile markers between runs included); computed only for rows longer than the length
     # limit, where a truncation may cut through them. () when the family expands nothing (Mllama).
     image_spans: tuple[tuple[int, int], ...] | None = None
-    # M-RoPE (Qwen-VL): the largest position id, as Qwen2VLModel.get_rope_index gives it (at most
-    # seq_len - 1, since an image's tokens share positions).
+    # M-RoPE (Qwen-VL): the largest position id, as Qwen2VLModel.get_rope_index gives it (below seq_len
+    # for images, whose tokens share positions; a long video's time steps can pass it).
     max_position_id: int | None = None
     # --pipeline llamafactory|swift|trl: what that trainer does with the row (pipelines.TrainerFate);
     # None with the raw processor (hf).

@@ -63,6 +63,24 @@ class VideoCount:
     timestamps: tuple[float, ...] = ()
     # Why the sampler keeps fewer frames than its rate asks for (its max_frames), in words; None: it does not.
     capped: str | None = None
+    # The kept frames' rate as the processor's VideoMetadata.sampled_fps gives it (frames kept / frames *
+    # fps): Qwen2.5-VL's temporal positions step by it. None: not known (a trainer's own frame rate).
+    sampled_fps: float | None = None
+
+
+@dataclass(frozen=True)
+class VideoPositions:
+    """How one video's tokens take M-RoPE position ids (Family.video_position_span).
+
+    `advance`: how far the position of the text after the video moves on past the video's tokens'
+    start, as position_span's for an image (the video's own tokens cost nothing more). `beyond`: the
+    video's largest position id minus the position of the first token after it; it can be positive
+    (Qwen2-VL / Qwen2.5-VL step time by frame groups but move the text on by height and width only),
+    and then the row's largest position id lies inside the video. None: not known.
+    """
+
+    advance: int
+    beyond: int | None
 
 
 @dataclass(frozen=True)
@@ -214,13 +232,14 @@ class Family:
     # the processor expands ("" = this family does not count videos: rows with one get VLM109).
     # video_settings_from(video processor config dict, image settings, processor class) -> video settings;
     # count_video(VideoMeta, video settings) -> VideoCount; expand_video(VideoCount, video settings)
-    # -> every token the placeholder becomes; video_position_span: as position_span, for M-RoPE.
+    # -> every token the placeholder becomes; video_position_span(VideoCount, video settings) ->
+    # VideoPositions: how the video's tokens take M-RoPE positions (position_span's, for videos).
     video_placeholder: str = ""
     raw_video_prompt: str = ""
     video_settings_from: Callable[[dict[str, Any], Any, str | None], Any] | None = None
     count_video: Callable[..., VideoCount] | None = None
     expand_video: Callable[[VideoCount, Any], Expansion] | None = None
-    video_position_span: Callable[[VideoCount, Any], int] | None = None
+    video_position_span: Callable[[VideoCount, Any], VideoPositions] | None = None
     # (a row's VideoCounts, video settings) -> them as one processor call gives them together, where a
     # video's text depends on the others (SmolVLM2's intro names the most frames of any); CountError:
     # the processor refuses them together. None: each video stands alone.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from vlmlint.models.base import (
     Knob,
     Run,
     VideoCount,
+    VideoPositions,
     image_processor_types,
     positive_int,
 )
@@ -56,6 +58,9 @@ class QwenSettings:
     do_resize: bool = True
     # The processor's image token: the tokenizer's image_token when it names one (Qwen2VLProcessor.__init__).
     placeholder: str = PLACEHOLDER
+    # Qwen2.5-VL's vision_config.tokens_per_second (its video positions' time scale; video_position_span);
+    # None for the other models, or with no config.json to read it from.
+    tokens_per_second: float | None = None
 
     @property
     def raw_image_prompt(self) -> str:
@@ -75,7 +80,6 @@ def settings_from(
     max_pixels = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
     if not min_pixels or not max_pixels:
         raise CountError(f"size must hold shortest_edge and longest_edge (pixel counts), got {size}")
-    del model_config  # Qwen-VL's image settings all live in the image processor
     placeholder = processor_config.get("tokenizer_image_token") or PLACEHOLDER
     return QwenSettings(
         patch_size=positive_int(image_processor.patch_size, "patch_size"),
@@ -85,7 +89,27 @@ def settings_from(
         max_pixels=positive_int(max_pixels, "max_pixels"),
         do_resize=bool(getattr(image_processor, "do_resize", True)),
         placeholder=str(placeholder),
+        tokens_per_second=_tokens_per_second(model_config),
     )
+
+
+# Qwen2_5_VLVisionConfig.tokens_per_second's class default (transformers 5.24.0; its docstring says 41),
+# which a config.json without the key gets.
+TOKENS_PER_SECOND_DEFAULT = 4
+
+
+def _tokens_per_second(model_config: dict[str, Any]) -> float | None:
+    """Qwen2_5_VLConfig's vision_config.tokens_per_second (model_type qwen2_5_vl only: the other
+    models' get_rope_index does not scale time); None where the config does not say."""
+    if model_config.get("model_type") != "qwen2_5_vl":
+        return None
+    vision = model_config.get("vision_config", {})
+    if not isinstance(vision, dict):
+        return None
+    value = vision.get("tokens_per_second", TOKENS_PER_SECOND_DEFAULT)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return value
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -302,6 +326,10 @@ class QwenVideoSettings:
     cap_pixels_per_frame: bool
     max_video_tokens: int
     placeholder: str = VIDEO_PLACEHOLDER
+    # Qwen2_5_VLProcessor: it hands the model second_per_grid_ts, whose get_rope_index steps a video's
+    # temporal positions by tokens_per_second (the model config's; None: not known) times it.
+    time_scaled: bool = False
+    tokens_per_second: float | None = None
 
     @property
     def factor(self) -> int:
@@ -327,7 +355,8 @@ def video_settings_from(
 ) -> QwenVideoSettings:
     """The video processor's settings; Qwen2VLVideoProcessor.__init__ lets min_pixels / max_pixels keys
     override its size (Qwen3VLVideoProcessor reads size only)."""
-    del image_settings  # the video processor has its own file (or reads the image processor's)
+    # (the video processor has its own file, or reads the image processor's; the model config's time
+    # scale comes with the image settings)
     processor = config.get("video_processor_type")
     if processor not in VIDEO_PROCESSORS:
         raise CountError(
@@ -359,6 +388,8 @@ def video_settings_from(
         max_frames=positive_int(config.get("max_frames", 768), "max_frames"),
         cap_pixels_per_frame=bool(config.get("cap_pixels_per_frame")),
         max_video_tokens=positive_int(config.get("max_video_tokens", 128000), "max_video_tokens"),
+        time_scaled=processor_class == "Qwen2_5_VLProcessor",
+        tokens_per_second=getattr(image_settings, "tokens_per_second", None),
     )
 
 
@@ -553,7 +584,14 @@ def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
         )
     grid_t = -(-frames // settings.temporal_patch_size)
     tokens = grid_t * grid_h * grid_w // settings.merge_size**2
-    return VideoCount(frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, capped=capped)
+    # VideoMetadata.sampled_fps: len(frames_indices) / total_num_frames * fps, `fps or 24` without one
+    # (a frame list's metadata is the caller's: not known)
+    sampled_fps = None
+    if meta.frames_from != "frame list":
+        sampled_fps = frames / meta.frames * meta.fps if meta.fps else 24.0
+    return VideoCount(
+        frames, height, width, (grid_t, grid_h, grid_w), tokens, mode, capped=capped, sampled_fps=sampled_fps
+    )
 
 
 def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:
@@ -574,6 +612,45 @@ def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:
             "<|vision_end|>",
         ]
     return tuple(segments)
+
+
+def _float32(value: float) -> float:
+    """`value` rounded to float32, as a torch float tensor holds it."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def temporal_reach(grid_t: int, settings: QwenVideoSettings, sampled_fps: float | None) -> int | None:
+    """The largest temporal position id of a video above its start, as get_vision_position_ids gives it
+    (transformers 5.24.0): `(torch.arange(grid_t) * time_interval).long()`. Qwen2-VL: time_interval 1.0.
+    Qwen2.5-VL: tokens_per_second * second_per_grid_ts, the processor's temporal_patch_size /
+    sampled_fps as a float32 tensor, so the product and each step are float32 and truncated. None: the
+    time scale or the frame rate is not known."""
+    if not settings.time_scaled:
+        return grid_t - 1
+    if settings.tokens_per_second is None or not sampled_fps:
+        return None
+    second_per_grid = _float32(settings.temporal_patch_size / sampled_fps)
+    interval = _float32(_float32(settings.tokens_per_second) * second_per_grid)
+    return int(_float32(_float32(grid_t - 1) * interval))  # the arange is increasing: its last is the max
+
+
+def video_position_span(count: VideoCount, settings: QwenVideoSettings) -> VideoPositions:
+    """How one video takes M-RoPE positions, as get_rope_index does for videos (transformers 5.24.0).
+
+    Qwen2-VL / Qwen2.5-VL: the video's tokens get start + (t, h, w) on its (grid_t, grid_h/merge,
+    grid_w/merge) grid, t scaled by time (temporal_reach), and the text after it starts at start +
+    max(grid_h, grid_w) // merge: the temporal extent does not move the text on, so a long video's
+    last frame groups can hold the row's largest position id. Qwen3-VL splits the grid per temporal
+    group (its timestamps are text between them): each group is placed as an image of grid (1, h, w).
+    """
+    grid_t, grid_h, grid_w = count.grid
+    merge = settings.merge_size
+    advance = max(grid_h, grid_w) // merge
+    spatial = max(grid_h // merge, grid_w // merge) - 1  # the largest height / width step
+    if settings.qwen3:
+        return VideoPositions(grid_t * advance, spatial - advance)
+    reach = temporal_reach(grid_t, settings, count.sampled_fps)
+    return VideoPositions(advance, None if reach is None else max(reach, spatial) - advance)
 
 
 def trainer_template(pipeline: str, model: Any) -> str | None:

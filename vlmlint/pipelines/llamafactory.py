@@ -761,7 +761,11 @@ class LlamaFactoryPipeline(Pipeline):
         timestamps = count.timestamps
         if self.template is not None and self.template.video_plugin == "qwen3_vl":
             timestamps = tuple(calculate_timestamps(clip.frame_times, self.video_fps, settings.merge_size))
-        return dataclasses.replace(count, mode=clip.mode, timestamps=timestamps, capped=clip.capped)
+        # sampled_fps: Qwen2VLPlugin hands Qwen2.5-VL second_per_grid_ts from its own fps_per_video, not
+        # reproduced: the row's largest M-RoPE position id is then not known (Qwen2-VL, Qwen3-VL: known)
+        return dataclasses.replace(
+            count, mode=clip.mode, timestamps=timestamps, capped=clip.capped, sampled_fps=None
+        )
 
     def _video_expansions(
         self, row: CountedRow, result: RowResult, messages: tuple[Message, ...]

@@ -502,7 +502,9 @@ class SwiftPipeline(Pipeline):
                 f"FPS {c['FPS']:g} over {video.total / video.fps:.1f} s asks for {video.wanted:.0f} frames; "
                 f"FPS_MAX_FRAMES {int(c['FPS_MAX_FRAMES'])} keeps {video.frames}"
             )
-        return dataclasses.replace(count, mode=mode, timestamps=timestamps, capped=capped)
+        # sampled_fps: swift's template computes Qwen2.5-VL's second_per_grid_ts from qwen-vl-utils' own
+        # sample fps, not reproduced: the row's largest M-RoPE position id is then not known
+        return dataclasses.replace(count, mode=mode, timestamps=timestamps, capped=capped, sampled_fps=None)
 
     def _extra(self, row: CountedRow, encoder: TextEncoder) -> tuple[list[int], int]:
         """The tokens swift's template writes before each assistant turn's answer (in order), and after the

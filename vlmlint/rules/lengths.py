@@ -313,7 +313,10 @@ class ExceedsModelContext(Rule):
     the whole row. For M-RoPE models (Qwen-VL) an image's tokens share positions, so the largest
     position id is smaller than the length: the message gives it, computed as
     `Qwen2VLModel.get_rope_index` does (each image moves the position on by max(h, w) / merge, its
-    grid in merged patches), and says whether it stays inside the context too.
+    grid in merged patches), and says whether it stays inside the context too. A video's frame
+    groups step the temporal position on by time (Qwen2-VL one per group, Qwen2.5-VL
+    tokens_per_second per second) without moving the text on, so a long clip's largest position id can
+    pass the context, or even the row's length: the rule fires on it alone.
 
     **Example** A 6,000-word prompt and a 640x480 photo with a model whose context is 4096 tokens
     (5,400 tokens).
@@ -336,6 +339,15 @@ class ExceedsModelContext(Rule):
             return
         if not context.image_placeholder:  # a plain encoder: the text goes to its own text tower
             yield _encoder_text_finding(self, row, limit)
+            return
+        if row.seq_len <= limit:  # (position >= limit: a video's time steps past its tokens)
+            yield self.finding(
+                row,
+                f"its largest M-RoPE position id {position} >= the model's context {limit} "
+                f"(max_position_embeddings), though its {row.seq_len} tokens fit: a video's frame groups "
+                "step the temporal position by time, further than its tokens go",
+                "sample fewer frames (a lower fps or max_frames), or cut the video into shorter clips",
+            )
             return
         message = (
             f"sequence length {row.seq_len} > the model's context {limit} (max_position_embeddings; "
