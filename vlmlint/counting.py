@@ -127,11 +127,14 @@ class TextEncoder:
         expand = self.family.expand_video
         assert placeholder and expand is not None
         expansions = iter(expand(video, self.model.video_settings) for video in videos)
+        wrapper = self.family.video_wrapper(self.model.video_settings) if self.family.video_wrapper else ""
         out: list[Segment] = []
         for segment in segments:
             if isinstance(segment, Run) or placeholder not in segment:
                 out.append(segment)
                 continue
+            if wrapper:  # the processor drops the template's pair around the placeholder first
+                segment = segment.replace(wrapper, placeholder)
             pieces = segment.split(placeholder)
             out.append(pieces[0])
             for piece in pieces[1:]:

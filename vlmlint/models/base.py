@@ -174,7 +174,7 @@ def image_processor_types(prefix: str) -> tuple[str, ...]:
 _MODULE_HOOKS = (
     "settings_from", "count", "count_exact", "expand", "compose", "position_span", "size_knob",
     "resized_copies", "shrink_hint", "video_settings_from", "count_video", "expand_video", "video_position_span",
-    "check_videos", "row_videos", "loader_size", "video_knobs", "light_image_attributes",
+    "video_wrapper", "check_videos", "row_videos", "loader_size", "video_knobs", "light_image_attributes",
 )  # fmt: skip
 
 
@@ -240,6 +240,10 @@ class Family:
     count_video: Callable[..., VideoCount] | None = None
     expand_video: Callable[[VideoCount, Any], Expansion] | None = None
     video_position_span: Callable[[VideoCount, Any], VideoPositions] | None = None
+    # (video settings) -> the text around a video placeholder that the processor turns into the bare
+    # placeholder before expanding it, where it does ("" = it does not): Qwen3VLProcessor from
+    # transformers 5.25, whose expansion brings each frame group's own start/end pair. None: never.
+    video_wrapper: Callable[[Any], str] | None = None
     # (a row's VideoCounts, video settings) -> them as one processor call gives them together, where a
     # video's text depends on the others (SmolVLM2's intro names the most frames of any); CountError:
     # the processor refuses them together. None: each video stands alone.

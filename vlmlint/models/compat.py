@@ -93,6 +93,14 @@ def transformers_version() -> str:
     return version("transformers")
 
 
+def installed_at_least(release: str) -> bool:
+    """Whether the installed transformers is `release` or later (its metadata: nothing is imported, so a
+    family's settings can follow the release on the light path too)."""
+    from packaging.version import Version
+
+    return Version(transformers_version()) >= Version(release)
+
+
 def has_class(name: str) -> bool:
     """Whether the installed transformers defines this class (a dummy without torch counts: it exists)."""
     import transformers

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vlmlint.models.base import (
@@ -26,6 +26,7 @@ from vlmlint.models.base import (
     image_processor_types,
     positive_int,
 )
+from vlmlint.models.compat import installed_at_least
 from vlmlint.models.knobs import (
     FPS_GRID,
     FPS_WORDS,
@@ -307,6 +308,10 @@ VIDEO_PROCESSORS = {
 }
 
 
+# The first release whose Qwen3VLProcessor collapses the template's pair around a video.
+WRAPPER_COLLAPSED_SINCE = "5.25.0"
+
+
 @dataclass(frozen=True)
 class QwenVideoSettings:
     """The video processor's settings (vlmlint/models/video_config.py reads them as from_pretrained)."""
@@ -330,6 +335,9 @@ class QwenVideoSettings:
     # temporal positions by tokens_per_second (the model config's; None: not known) times it.
     time_scaled: bool = False
     tokens_per_second: float | None = None
+    # Qwen3VLProcessor.get_text_with_replacements (transformers 5.25+) turns the template's
+    # <|vision_start|><|video_pad|><|vision_end|> into a bare <|video_pad|> before expanding it
+    wrapper_collapsed: bool = field(default_factory=lambda: installed_at_least(WRAPPER_COLLAPSED_SINCE))
 
     @property
     def factor(self) -> int:
@@ -391,6 +399,14 @@ def video_settings_from(
         time_scaled=processor_class == "Qwen2_5_VLProcessor",
         tokens_per_second=getattr(image_settings, "tokens_per_second", None),
     )
+
+
+def video_wrapper(settings: QwenVideoSettings) -> str:
+    """The text the processor turns into the bare placeholder before expanding it (Family.video_wrapper):
+    Qwen3VLProcessor's, from transformers 5.25 (Qwen2VLProcessor keeps the template's pair)."""
+    if settings.qwen3 and settings.wrapper_collapsed:
+        return f"<|vision_start|>{settings.placeholder}<|vision_end|>"
+    return ""
 
 
 def arange_length(stop: float, step: float) -> int:
@@ -598,7 +614,7 @@ def expand_video(count: VideoCount, settings: QwenVideoSettings) -> Expansion:
     """Qwen2VLProcessor.replace_video_token: <|video_pad|> once per merged patch (the template writes the
     <|vision_start|> and <|vision_end|> around it). Qwen3VLProcessor: per temporal group, its timestamp
     `<t seconds>` (one decimal) then <|vision_start|>, its <|video_pad|> tokens and <|vision_end|>,
-    inside the template's own pair."""
+    inside the template's own pair (up to 5.24; from 5.25 in place of it: video_wrapper)."""
     if not settings.qwen3:
         return (Run(settings.placeholder, count.tokens),)
     grid_t = count.grid[0]
