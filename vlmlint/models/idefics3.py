@@ -26,8 +26,9 @@ Videos (SmolVLM2 only: transformers 5.24 `SmolVLMVideoProcessor` in video_proces
   tokens each, whatever the clip's size.
 - the template's `<video>` becomes "You are provided the following series of {N in words} frames from a
   {H:MM:SS} [H:MM:SS] video.\n", per frame "\nFrame from MM:SS:" + the single-image block, then "\n\n".
-  N is pixel_values.shape[1]: the most frames of any video in the processor call (do_pad pads the
-  others), so every intro of a row with two clips names the longer one's count (`row_videos`). The
+  N is pixel_values.shape[1] up to transformers 5.24: the most frames of any video in the processor call
+  (do_pad pads the others), so every intro of a row with two clips names the longer one's count
+  (`row_videos`); from 5.25 it is the clip's own count (len(timestamps)). The
   duration is int(metadata.duration) (a frame list: int(last timestamp)); timestamps are index / fps,
   24 fps where the video has none (a frame list).
 """
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vlmlint.models.base import (
@@ -50,6 +51,7 @@ from vlmlint.models.base import (
     image_processor_types,
     positive_int,
 )
+from vlmlint.models.compat import installed_at_least
 from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.records import VideoMeta
 
@@ -268,6 +270,10 @@ DEFAULT_VIDEO_FPS = 24  # replace_video_token's stand-in for a video without fps
 SKIP_SECS = 1  # sample_frames' skip_secs default (not a processor kwarg)
 
 
+# The first release whose SmolVLMProcessor intro names each video's own frame count.
+OWN_FRAMES_SINCE = "5.25.0"
+
+
 @dataclass(frozen=True)
 class SmolVLMVideoSettings:
     """SmolVLMVideoProcessor's sampling settings and the processor's per-frame image block."""
@@ -280,6 +286,9 @@ class SmolVLMVideoSettings:
     do_resize: bool = True
     max_image_size: int = 512  # every frame's side after the resize (max_image_size.longest_edge)
     video_sampling: bool = True  # fps / num_frames came from the file's video_sampling (fps, max_frames)
+    # The intro names the clip's own frame count (transformers 5.25+: len(timestamps)), not
+    # pixel_values.shape[1], the most frames of any video in the call (5.24 and before)
+    intro_names_own_frames: bool = field(default_factory=lambda: installed_at_least(OWN_FRAMES_SINCE))
 
 
 def video_settings_from(
@@ -371,8 +380,9 @@ def count_video(meta: VideoMeta, settings: SmolVLMVideoSettings) -> VideoCount:
 
 
 def row_videos(counts: list[VideoCount], settings: SmolVLMVideoSettings) -> list[VideoCount]:
-    """One processor call's videos together: pixel_values.shape[1] (the intro's frame count) is the
-    most frames of any of them (do_pad); without do_pad, clips of other lengths or sizes cannot be stacked."""
+    """One processor call's videos together: pixel_values.shape[1] (the intro's frame count up to
+    transformers 5.24) is the most frames of any of them (do_pad); without do_pad, clips of other lengths
+    or sizes cannot be stacked."""
     if not counts:
         return counts
     most = max(count.frames for count in counts)
@@ -382,6 +392,8 @@ def row_videos(counts: list[VideoCount], settings: SmolVLMVideoSettings) -> list
             "do_pad is off and the row's videos differ in frame count or frame size: the processor cannot "
             "stack them into one pixel_values tensor"
         )
+    if settings.intro_names_own_frames:
+        return counts
     return [dataclasses.replace(count, grid=(most, *count.grid[1:])) for count in counts]
 
 
