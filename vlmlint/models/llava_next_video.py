@@ -78,11 +78,12 @@ def video_settings_from(
         and image_type.replace("ImageProcessor", "VideoProcessor") == PROCESSOR_CLASS
     ):
         # No video_preprocessor_config.json: AutoVideoProcessor reads preprocessor_config.json, takes
-        # its image processor's "video twin", which is the processor class, and loads it again forever.
+        # its image processor's "video twin", which is the processor class, and loads it again forever
+        # (up to 5.24) or builds it without a tokenizer (5.25: AttributeError in its __init__).
         raise CountError(
             f"the folder has no video_preprocessor_config.json: transformers' AutoVideoProcessor infers "
             f"{PROCESSOR_CLASS} from preprocessor_config.json's {image_type} and the processor cannot load "
-            "(RecursionError); add a video_preprocessor_config.json with "
+            "(RecursionError; from transformers 5.25 AttributeError); add a video_preprocessor_config.json with "
             f'"video_processor_type": "{VIDEO_PROCESSOR}"'
         )
     processor = config.get("video_processor_type")
