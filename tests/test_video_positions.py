@@ -308,3 +308,11 @@ def test_vlm404_fires_on_a_video_whose_positions_pass_the_context(media, tmp_pat
     (finding,) = [f for f in outcome.findings if f.code == "VLM404"]
     assert "largest M-RoPE position id 497 >= the model's context 450" in finding.message
     assert "though its 403 tokens fit" in finding.message
+
+
+@pytest.mark.parametrize("light", [False, True])
+def test_the_qwen2_5_vl_profile_has_its_checkpoint_s_time_scale(light):
+    """Qwen/Qwen2.5-VL-7B-Instruct's config.json says tokens_per_second 2 (not the config class's 4):
+    the built-in profile's trimmed config.json keeps it, on the light path too."""
+    model = load_model("qwen2.5-vl", light=light)
+    assert model.video_settings.time_scaled and model.video_settings.tokens_per_second == 2
