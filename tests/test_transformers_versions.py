@@ -5,6 +5,7 @@ supported release (`make test-versions` runs this file in each release's venv)."
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 from packaging.version import Version
@@ -27,14 +28,17 @@ def test_the_installed_release_is_supported():
 
 def test_an_older_release_is_refused_at_load_naming_the_one_to_install(monkeypatch):
     monkeypatch.setattr(compat, "transformers_version", lambda: "5.4.0")
-    with pytest.raises(ModelError, match=r"5\.4\.0 is older.*pip install 'transformers>=5\.5\.0,<5\.25\.0'"):
+    range_ = re.escape(f"pip install 'transformers>=5.5.0,<{compat.FIRST_UNPROVEN}'")
+    with pytest.raises(ModelError, match=r"5\.4\.0 is older.*" + range_):
         load_model("qwen2-vl")
 
 
 def test_a_release_past_the_proven_range_is_refused_unless_allowed(monkeypatch):
-    monkeypatch.setattr(compat, "transformers_version", lambda: "5.25.0")
+    newer = compat.FIRST_UNPROVEN
+    monkeypatch.setattr(compat, "transformers_version", lambda: newer)
     monkeypatch.delenv(compat.ALLOW_UNTESTED, raising=False)
-    with pytest.raises(ModelError, match=r"5\.25\.0 is newer.*pip install 'transformers>=5\.5\.0,<5\.25\.0'"):
+    range_ = re.escape(f"pip install 'transformers>=5.5.0,<{newer}'")
+    with pytest.raises(ModelError, match=re.escape(newer) + " is newer.*" + range_):
         load_model("qwen2-vl", light=False)
     monkeypatch.setenv(compat.ALLOW_UNTESTED, "1")
     assert compat.unsupported() is None and "counts may differ" in compat.untested()
@@ -52,6 +56,15 @@ def test_a_processor_of_a_later_release_is_refused_naming_it(monkeypatch):
         "Gemma4Processor"
     )
     assert compat.missing_processor("NoSuchProcessor").endswith("pip install -U transformers")
+
+
+def test_a_processor_this_release_cannot_import_without_torch_is_refused(monkeypatch):
+    """transformers 5.16.1's and 5.20.0's processing_gemma4 imports image_processing_gemma4, which imports
+    torch: Gemma4Processor is refused there with the reason, not an internal error."""
+    assert compat.import_error("Qwen2VLProcessor") is None and compat.import_error("NoSuchProcessor") is None
+    monkeypatch.setattr(compat, "import_error", lambda name: "ModuleNotFoundError: Could not import module")
+    refusal = compat.missing_processor("Gemma4Processor")
+    assert "cannot be imported from the installed transformers" in refusal and "pip install torch" in refusal
 
 
 def test_the_pil_image_processor_is_found_from_its_own_module():

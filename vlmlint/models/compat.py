@@ -111,9 +111,29 @@ def has_class(name: str) -> bool:
         return True
 
 
+def import_error(name: str) -> str | None:
+    """Why the installed transformers cannot import this class without torch, or None (it imports, or the
+    release has no such class)."""
+    import transformers
+
+    try:
+        getattr(transformers, name, None)
+    except ImportError as exc:  # its module imports torch (Gemma4Processor in 5.16.1 and 5.20.0)
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
 def missing_processor(processor_class: str) -> str | None:
     """Why this processor cannot be counted with the installed transformers (it came in a later release,
-    so a trainer on this one cannot load it either), naming the release to install; None when it is there."""
+    so a trainer on this one cannot load it either; or this release's class imports torch), naming the
+    release to install; None when it is there."""
+    error = import_error(processor_class)
+    if error is not None:
+        return (
+            f"{processor_class} cannot be imported from the installed transformers {transformers_version()} "
+            f"without torch ({error}): pip install torch torchvision, or another transformers release whose "
+            f"{processor_class} imports without them"
+        )
     if has_class(processor_class):
         return None
     since = PROCESSOR_SINCE.get(processor_class)
