@@ -204,3 +204,65 @@ def test_no_budget_field_when_nothing_was_left_out(tmp_path):
     args = ["scan", str(path), "--model", MODEL, "-q", "-f", "json", "--verify-budget", "60"]
     verify = orjson.loads(CliRunner().invoke(app, args).stdout)["summary"]["verify"]
     assert verify == {"rows": 4, "disagreements": 0}  # the report as before the budgets
+
+
+# -- the recheck in a forked process (small datasets: Verifier.fork) ------------------------------------
+
+
+def _rechecked(path, fork: bool, scanner=None):
+    scanner = scanner or Scanner(ScanConfig(dataset=str(path), model=MODEL, jobs=1))
+    verifier = Verifier(32, seconds=600.0, row_pixels=1_500_000)
+    assert verifier.fork(scanner) is fork or not fork
+    _offered(path, verifier, scanner)
+    checked, disagreements = verifier.run(scanner)
+    return verifier, checked, disagreements
+
+
+def test_the_forked_recheck_gives_what_the_recheck_here_gives(tmp_path):
+    path = _dataset(tmp_path)
+    here, checked_here, found_here = _rechecked(path, fork=False)
+    there, checked_there, found_there = _rechecked(path, fork=True)
+    assert checked_there == checked_here == 12 and found_there == found_here == []
+    assert there.coverage()["strata"] == here.coverage()["strata"]
+    assert there.load_seconds >= 0 and there._process is None  # the child is gone once it answered
+
+
+def test_a_wrong_formula_is_caught_through_the_forked_recheck(tmp_path):
+    path = _dataset(tmp_path)
+    scanner = Scanner(ScanConfig(dataset=str(path), model=MODEL, jobs=1))
+    right = scanner._count
+    scanner._count = lambda h, w, n: replace(right(h, w, n), tokens=right(h, w, n).tokens + 1)
+    _, checked, disagreements = _rechecked(path, fork=True, scanner=scanner)
+    assert checked == 12 and len(disagreements) == 10  # every checked row with an image
+    assert {finding.code for _, finding in disagreements} == {"VLM901"}
+    places = [(o.result.sample.source, o.result.sample.index) for o, _ in disagreements]
+    assert places == sorted(places)  # the parent's own rows, in dataset order
+
+
+def test_a_failing_recheck_process_falls_back_to_this_one(tmp_path, monkeypatch):
+    import vlmlint.verify as verify
+
+    path = _dataset(tmp_path)
+    monkeypatch.setattr(verify, "_recheck_child", lambda connection, parents, scanner: verify.os._exit(3))
+    _, checked, disagreements = _rechecked(path, fork=True)
+    assert checked == 12 and disagreements == []
+
+
+def test_an_unused_recheck_process_is_ended(tmp_path):
+    path = _dataset(tmp_path)
+    scanner = Scanner(ScanConfig(dataset=str(path), model=MODEL, jobs=1))
+    verifier = Verifier(32)
+    assert verifier.fork(scanner)
+    child = verifier._process._child
+    verifier.close()  # the scan was interrupted before its recheck
+    assert not child.is_alive() and verifier._process is None
+    assert child.exitcode == 0  # it saw the end of its pipe and left: it was not killed
+
+
+def test_small_local_files_fork_the_recheck_folders_and_large_files_do_not(tmp_path, monkeypatch):
+    import vlmlint.verify as verify
+
+    path = _dataset(tmp_path)
+    assert verify.small_datasets([str(path)]) and not verify.small_datasets([str(tmp_path)])
+    monkeypatch.setattr(verify, "FORK_DATASET_BYTES", path.stat().st_size - 1)
+    assert not verify.small_datasets([str(path)])

@@ -206,8 +206,8 @@ class ScanSession:
 
         from vlmlint.readers import DatasetError
         from vlmlint.report import Summary
-        from vlmlint.runner import ResumeMismatch
-        from vlmlint.verify import ROW_PIXELS, Verifier
+        from vlmlint.runner import LocalExecutor, ResumeMismatch
+        from vlmlint.verify import ROW_PIXELS, Verifier, small_datasets
 
         if self._began is None:
             self._began = time.monotonic()
@@ -218,6 +218,8 @@ class ScanSession:
         exact = self.config.exact or not self.scanner.family.header_formula
         verifier = Verifier(0 if exact else self.verify, row_pixels=ROW_PIXELS)
         self.checkpoint, self.start = self._open_checkpoint(result.summary)
+        if isinstance(self.executor, LocalExecutor) and small_datasets(self.datasets):
+            verifier.fork(self.scanner)  # before the scan: its imports then run on another core
         try:
             with progress or NullProgress(), signals_raise():
                 for index, dataset in enumerate(self.datasets):  # one model, one summary: one report
@@ -242,6 +244,7 @@ class ScanSession:
         except Exception as exc:  # an internal error must still end with exit code 2 and a clear line
             raise SessionError(f"internal error: {type(exc).__name__}: {exc}") from None
         finally:
+            verifier.close()  # (a recheck process still waiting: the scan stopped before its recheck)
             if self.checkpoint is not None:  # the last periodic save stays for --resume if the scan stopped
                 self.checkpoint.close()
         if self.checkpoint is not None and (self.start.dataset_index or self.start.rows):

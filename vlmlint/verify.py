@@ -16,13 +16,17 @@ Two budgets bound what that costs, whatever the images (issue 23, target 1):
   CPU time, which the scan paid beside it, and the wait for it after the scan), the rows get the rest; a
   row whose predicted cost (its pixels at the rate measured so far) would overrun is left out, and
   smaller ones after it may still fit. The first row is always checked.
-The real image processor is loaded in a thread beside the scan (Verifier.warm), so that its imports hide
-behind the scan; the rows themselves are rechecked after it. The summary says how many rows were checked and, when a budget left rows out, each stratum's rows and
+The real image processor is loaded beside the scan, so that its imports (transformers: ~1 s) hide behind
+it: for a small dataset (a pre-commit manifest) in a forked process (Verifier.fork), which loads it on
+another core and later rechecks the rows there; else in a thread (Verifier.warm), as the scan's own
+worker processes already fill the cores. The rows themselves are rechecked after the scan. The summary says how many rows were checked and, when a budget left rows out, each stratum's rows and
 checked rows (Verifier.coverage).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 import threading
 import time
@@ -48,6 +52,9 @@ STRATA: tuple[tuple[str, float], ...] = (
 ROW_PIXELS = 1_500_000
 VERIFY_FRACTION = 0.1
 VERIFY_MIN_SECONDS = 0.5
+# A dataset of at most this many bytes is rechecked in a forked process (Verifier.fork): its scan stays in
+# one process (runner.scan_parallel), so another core is free to import transformers beside it.
+FORK_DATASET_BYTES = 4_000_000
 # Seconds a pixel costs before any row was measured (Qwen2-VL's processor: ~0.2-0.5 us a pixel on 2 cores).
 _PRIOR_SECONDS_PER_PIXEL = 5e-7
 
@@ -88,6 +95,7 @@ class Verifier:
     # tokens come from the same formula both times (the real video processors need torch and torchvision)
     video_rows: int = 0
     _warming: threading.Thread | None = None
+    _process: _RecheckProcess | None = None
     _randoms: list[random.Random] = field(
         default_factory=lambda: [random.Random(SEED + i) for i in range(len(STRATA))]
     )
@@ -121,20 +129,33 @@ class Verifier:
         """Load the real image processor in a thread beside the scan, so that the recheck does not wait for
         transformers' imports (~1 s) after it. Call it once the worker processes are forked (a fork while a
         thread holds an import lock would leave the child stuck on that lock)."""
-        if self.size <= 0 or self._warming is not None:
+        if self.size <= 0 or self._warming is not None or self._process is not None:
             return
 
         def load() -> None:
             began = time.thread_time()
-            try:  # the image processor is loaded lazily where the formula path does not need it
-                getattr(scanner.model, "image_processor", None)
-            except Exception:  # noqa: BLE001 (run() loads it again and reports what fails)
-                pass
-            finally:
-                self._load_cpu = time.thread_time() - began
+            _load_image_processor(scanner)
+            self._load_cpu = time.thread_time() - began
 
         self._warming = threading.Thread(target=load, name="vlmlint-verify-warm", daemon=True)
         self._warming.start()
+
+    def fork(self, scanner: Scanner) -> bool:
+        """Load the real image processor in a forked process, which rechecks the rows there after the scan.
+        Call it before the scan starts (no thread of this process runs yet); False where fork is not
+        available (the thread of `warm` then does the loading)."""
+        if self.size <= 0 or self._warming is not None or self._process is not None:
+            return False
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return False
+        self._process = _RecheckProcess(scanner)
+        return True
+
+    def close(self) -> None:
+        """End the recheck process, if one was forked and is still waiting (an interrupted scan)."""
+        if self._process is not None:
+            self._process.close()
+            self._process = None
 
     def _order(self) -> list[RowOutcome]:
         """Up to `size` rows: one from each image stratum in turn (smallest first), then text-only rows."""
@@ -151,60 +172,30 @@ class Verifier:
     def run(self, scanner: Scanner) -> tuple[int, list[tuple[RowOutcome, Finding]]]:
         """Recount the chosen rows exactly; returns (rows checked, disagreements as findings)."""
         chosen = self._order()
+        process, self._process = self._process, None
         if not chosen:
+            if process is not None:
+                process.close()
             return 0, []
-        waited = time.monotonic()
-        if self._warming is not None:
-            self._warming.join()
-        self.skipped = scanner.model.exact_unavailable  # (loads the image processor if no thread did)
-        waited = time.monotonic() - waited
-        if self.skipped is not None:
-            return 0, []  # said on the summary, never a disagreement
-        # Why count the load: on a busy machine the thread's imports slow the scan beside it by about their
-        # CPU time, and whatever is left of them after the scan is waited for; either is the self-check's cost.
-        self.load_seconds = max(self._load_cpu, waited)
-        start = self.clock() - self.load_seconds
-        exact = Scanner(replace(scanner.config, exact=True), model=scanner.model)
-        rule = CountDisagreement()
-        disagreements = []
-        checked = 0
-        measured_pixels, measured_seconds = 0, 0.0
-        for position, fast in enumerate(chosen):
-            pixels = row_pixels(fast)
-            if self.seconds is not None:
-                spent = self.clock() - start
-                rate = measured_seconds / measured_pixels if measured_pixels else _PRIOR_SECONDS_PER_PIXEL
-                if checked and spent >= self.seconds:  # one row is always checked: the self-check never idles
-                    self.left_by_time += len(chosen) - position
-                    break
-                if checked and spent + rate * pixels > self.seconds:
-                    self.left_by_time += 1  # would overrun: a smaller row after it may still fit
-                    continue
-            before = self.clock()
-            precise = next(iter(exact.scan_samples([fast.result.sample])))
-            if pixels:
-                measured_pixels += pixels
-                measured_seconds += self.clock() - before
-            checked += 1
-            self.strata[stratum(pixels)].checked += 1
-            a, b = fast.result, precise.result
-            if any(info.kind == "video" and info.tokens is not None for info in a.media):
-                self.video_rows += 1
-            if any(ref.dropped for ref in a.sample.images):
-                continue  # its embedded bytes were not kept (engine.KEEP_EMBEDDED_BYTES): nothing to recount
-            if any(info.error_code == ImageError.BOMB for info in b.images):
-                continue  # the exact path never decodes it (above bomb_pixels): VLM202's, not a disagreement
-            if (a.seq_len, a.image_tokens) != (b.seq_len, b.image_tokens):
-                message = (
-                    f"header path: seq {a.seq_len} (img {a.image_tokens}); "
-                    f"real image processor: seq {b.seq_len} (img {b.image_tokens})"
-                )
-                disagreements.append(
-                    (fast, rule.finding(a, message, "rerun with --exact and report this model"))
-                )
-        self.spent = self.clock() - start
+        done = process.recheck(chosen, self.seconds) if process is not None else None
+        if done is None:  # no process, or it failed: here, as without one
+            waited = time.monotonic()
+            if self._warming is not None:
+                self._warming.join()
+            _load_image_processor(scanner)  # (where no thread did)
+            waited = time.monotonic() - waited
+            # Why count the load: on a busy machine the thread's imports slow the scan beside it by about
+            # their CPU time, and whatever is left of them after the scan is waited for; either is the
+            # self-check's cost.
+            done = recheck(scanner, chosen, self.seconds, max(self._load_cpu, waited), self.clock)
+        self.skipped, self.load_seconds, self.spent = done.skipped, done.load_seconds, done.spent
+        self.left_by_time += done.left_by_time
+        self.video_rows += done.video_rows
+        for index, checked in enumerate(done.checked_by_stratum):
+            self.strata[index].checked += checked
+        disagreements = [(chosen[position], finding) for position, finding in done.disagreements]
         disagreements.sort(key=lambda pair: _place(pair[0]))  # dataset order, as before the budgets
-        return checked, disagreements
+        return sum(done.checked_by_stratum), disagreements
 
     @property
     def limited(self) -> bool:
@@ -229,6 +220,157 @@ class Verifier:
             },
             "left_by_time_budget": self.left_by_time,
         }
+
+
+@dataclass(frozen=True)
+class Rechecked:
+    """What one recheck found (it may run in another process: positions into the rows it was given)."""
+
+    checked_by_stratum: tuple[int, ...]
+    disagreements: tuple[tuple[int, Finding], ...]  # (position among the chosen rows, VLM901 finding)
+    left_by_time: int = 0
+    video_rows: int = 0  # checked rows holding counted videos (their videos' tokens are not rechecked)
+    skipped: str | None = None  # why nothing could be rechecked
+    load_seconds: float = 0.0
+    spent: float = 0.0
+
+
+def recheck(
+    scanner: Scanner,
+    chosen: list[RowOutcome],
+    seconds: float | None,
+    load_seconds: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Rechecked:
+    """Recount `chosen` in turn through the exact path until `seconds` (of which `load_seconds` went on
+    loading the real image processor) are spent; the first row is always checked."""
+    checked = [0] * len(STRATA)
+    skipped = scanner.model.exact_unavailable
+    if skipped is not None:
+        return Rechecked(tuple(checked), (), skipped=skipped)  # said on the summary, never a disagreement
+    start = clock() - load_seconds
+    exact = Scanner(replace(scanner.config, exact=True), model=scanner.model)
+    rule = CountDisagreement()
+    disagreements = []
+    left_by_time = video_rows = 0
+    measured_pixels, measured_seconds = 0, 0.0
+    for position, fast in enumerate(chosen):
+        pixels = row_pixels(fast)
+        if seconds is not None:
+            spent = clock() - start
+            rate = measured_seconds / measured_pixels if measured_pixels else _PRIOR_SECONDS_PER_PIXEL
+            if sum(checked) and spent >= seconds:  # one row is always checked: the self-check never idles
+                left_by_time += len(chosen) - position
+                break
+            if sum(checked) and spent + rate * pixels > seconds:
+                left_by_time += 1  # would overrun: a smaller row after it may still fit
+                continue
+        before = clock()
+        precise = next(iter(exact.scan_samples([fast.result.sample])))
+        if pixels:
+            measured_pixels += pixels
+            measured_seconds += clock() - before
+        checked[stratum(pixels)] += 1
+        a, b = fast.result, precise.result
+        if any(info.kind == "video" and info.tokens is not None for info in a.media):
+            video_rows += 1
+        if any(ref.dropped for ref in a.sample.images):
+            continue  # its embedded bytes were not kept (engine.KEEP_EMBEDDED_BYTES): nothing to recount
+        if any(info.error_code == ImageError.BOMB for info in b.images):
+            continue  # the exact path never decodes it (above bomb_pixels): VLM202's, not a disagreement
+        if (a.seq_len, a.image_tokens) != (b.seq_len, b.image_tokens):
+            message = (
+                f"header path: seq {a.seq_len} (img {a.image_tokens}); "
+                f"real image processor: seq {b.seq_len} (img {b.image_tokens})"
+            )
+            disagreements.append(
+                (position, rule.finding(a, message, "rerun with --exact and report this model"))
+            )
+    return Rechecked(
+        tuple(checked), tuple(disagreements), left_by_time, video_rows, None, load_seconds, clock() - start
+    )
+
+
+class _RecheckProcess:
+    """A forked process that loads the real image processor while the scan runs here, then rechecks the
+    rows it is sent. Forked before the scan: this process runs no other thread yet, and the child has the
+    loaded model as it is here, without pickling it."""
+
+    def __init__(self, scanner: Scanner) -> None:
+        context = multiprocessing.get_context("fork")
+        # A forked child must not use the tokenizer's thread pool that this process may have started (and
+        # then says so on stderr): as runner.scan_parallel does before its fork.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self._connection, theirs = context.Pipe()
+        self._child = context.Process(
+            target=_recheck_child,
+            args=(theirs, self._connection, scanner),
+            name="vlmlint-verify",
+            daemon=True,
+        )
+        self._child.start()
+        theirs.close()
+
+    def recheck(self, chosen: list[RowOutcome], seconds: float | None) -> Rechecked | None:
+        """The child's recheck of `chosen`; None where it failed (the caller rechecks here instead). Only
+        the wait for its load counts in `seconds`: it loaded on another core while the scan ran."""
+        try:
+            waited = time.monotonic()
+            self._connection.recv()  # "ready": its image processor is loaded
+            waited = time.monotonic() - waited
+            self._connection.send((chosen, seconds, waited))
+            kind, value = self._connection.recv()
+        except (EOFError, OSError):
+            kind, value = "failed", None
+        finally:
+            self.close()
+        return value if kind == "done" else None
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+        finally:
+            self._child.join(timeout=5)
+            if self._child.is_alive():
+                self._child.kill()
+                self._child.join()
+
+
+def _recheck_child(connection, parents, scanner: Scanner) -> None:
+    """The forked process: load the image processor, say so, recheck the rows it is sent, answer."""
+    parents.close()  # (its copy of the parent's end: the parent's close must reach this one as EOF)
+    try:
+        _load_image_processor(scanner)
+        connection.send("ready")
+        chosen, seconds, load_seconds = connection.recv()
+        connection.send(("done", recheck(scanner, chosen, seconds, load_seconds)))
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the scan ended without a recheck (interrupted): nothing to answer
+    except Exception as exc:  # noqa: BLE001 (the parent rechecks the rows itself)
+        try:
+            connection.send(("failed", f"{type(exc).__name__}: {exc}"))
+        except (OSError, ValueError):
+            pass
+    finally:
+        connection.close()
+        os._exit(0)  # no atexit handlers or buffered output of the parent's, twice
+
+
+def small_datasets(datasets: list[str]) -> bool:
+    """Local files of FORK_DATASET_BYTES in all at most (a folder or a hub dataset: not known small)."""
+    total = 0
+    for dataset in datasets:
+        if not os.path.isfile(dataset):
+            return False
+        total += os.path.getsize(dataset)
+    return total <= FORK_DATASET_BYTES
+
+
+def _load_image_processor(scanner: Scanner) -> None:
+    try:  # the image processor is loaded lazily where the formula path does not need it
+        getattr(scanner.model, "image_processor", None)
+    except Exception:  # noqa: BLE001 (the recheck's first row loads it again and reports what fails)
+        pass
 
 
 def _place(outcome: RowOutcome) -> tuple:
