@@ -56,7 +56,7 @@ test-reference: $(REF_STAMP)
 # processor changed between releases the family follows the installed class (MiniCPM-V 4.6's rounding
 # in "4x" mode, InternVL's forced images kwargs), and a test of a helper or behaviour only later releases
 # have skips naming it (tests/families/_releases.py); README, "transformers versions".
-TF_VERSIONS ?= 5.5.0 5.8.0 5.24.0
+TF_VERSIONS ?= 5.5.0 5.8.0 5.25.0
 TF_TESTS ?= tests/test_transformers_versions.py tests/test_fixtures.py tests/families
 TF_SELECT ?= not test_fixtures or (counts_equal and (qwen2-vl] or smolvlm-256m or pixtral or llava-v1.6 or idefics3 or gemma-3-4b-it] or internvl3))
 

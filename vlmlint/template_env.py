@@ -1,7 +1,7 @@
 """transformers' chat template environment and message preparation, reproduced so that vlmlint/templates.py
 renders without importing transformers (issue 23: a small scan starts in a fraction of a second).
 
-utils/chat_template_utils.py of transformers 5.24.0 (the release `LIGHT_TRANSFORMERS` names; on any other
+utils/chat_template_utils.py of transformers 5.24.0, the same in 5.25.0 (the releases `LIGHT_TRANSFORMERS` names; on any other
 release templates.py uses the installed transformers' own): _cached_compile_jinja_template's environment
 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols and the generation tracker,
 tojson, raise_exception, strftime_now, dict, namespace) and the messages as render_jinja_template prepares
@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-# The transformers release whose loading and template semantics vlmlint reproduces without importing it.
-LIGHT_TRANSFORMERS = frozenset({"5.24.0"})
+# The transformers releases whose loading and template semantics vlmlint reproduces without importing them
+# (tests/test_fast_start.py passes on each).
+LIGHT_TRANSFORMERS = frozenset({"5.24.0", "5.25.0"})
 
 
 @cache

@@ -4,7 +4,7 @@ transformers' own loading costs seconds before the first row (issue 23): importi
 scan of its models folder on the first Auto* access, AutoTokenizer building the tokenizer from its
 JSON in Python, the processor-class check. For a built-in profile whose counts come from the family's
 formula none of that is needed, and this module reads what the scan needs from the profile's own
-files instead, reproducing transformers 5.24.0 (the release `LIGHT_TRANSFORMERS` names; on any other
+files instead, reproducing transformers 5.24.0 and 5.25.0 (the releases `LIGHT_TRANSFORMERS` names; on any other
 the ordinary path runs):
 
 - the tokenizer's answers (`LightTokenizer`): tokenization_utils_base.py's special_tokens_map,
