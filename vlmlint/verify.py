@@ -13,7 +13,8 @@ Two budgets bound what that costs, whatever the images (issue 23, target 1):
   1.5 MP is ~110 MB at its peak); such rows are counted in their stratum as not checkable;
 - time: the whole self-check stops at `seconds` (the session's default: 10% of the scan's own time, at
   least VERIFY_MIN_SECONDS): loading the real image processor counts (the larger of the loading thread's
-  CPU time, which the scan paid beside it, and the wait for it after the scan), the rows get the rest; a
+  CPU time, which the scan paid beside it, and the wait for it after the scan), the rows get the rest,
+  and at least VERIFY_MIN_ROW_SECONDS; a
   row whose predicted cost (its pixels at the rate measured so far) would overrun is left out, and
   smaller ones after it may still fit. The first row is always checked.
 The real image processor is loaded beside the scan, so that its imports (transformers: ~1 s) hide behind
@@ -52,6 +53,8 @@ STRATA: tuple[tuple[str, float], ...] = (
 ROW_PIXELS = 1_500_000
 VERIFY_FRACTION = 0.1
 VERIFY_MIN_SECONDS = 0.5
+# However long the load took, the rows get at least this (a small scan's budget is mostly the load's).
+VERIFY_MIN_ROW_SECONDS = 0.1
 # A dataset of at most this many bytes is rechecked in a forked process (Verifier.fork): its scan stays in
 # one process (runner.scan_parallel), so another core is free to import transformers beside it.
 FORK_DATASET_BYTES = 4_000_000
@@ -248,7 +251,10 @@ def recheck(
     skipped = scanner.model.exact_unavailable
     if skipped is not None:
         return Rechecked(tuple(checked), (), skipped=skipped)  # said on the summary, never a disagreement
-    start = clock() - load_seconds
+    counted_load = (
+        load_seconds if seconds is None else min(load_seconds, max(0.0, seconds - VERIFY_MIN_ROW_SECONDS))
+    )
+    start = clock() - counted_load
     exact = Scanner(replace(scanner.config, exact=True), model=scanner.model)
     rule = CountDisagreement()
     disagreements = []
@@ -341,6 +347,7 @@ def _recheck_child(connection, parents, scanner: Scanner) -> None:
     parents.close()  # (its copy of the parent's end: the parent's close must reach this one as EOF)
     try:
         _load_image_processor(scanner)
+        _first_call(scanner)
         connection.send("ready")
         chosen, seconds, load_seconds = connection.recv()
         connection.send(("done", recheck(scanner, chosen, seconds, load_seconds)))
@@ -370,6 +377,20 @@ def _load_image_processor(scanner: Scanner) -> None:
     try:  # the image processor is loaded lazily where the formula path does not need it
         getattr(scanner.model, "image_processor", None)
     except Exception:  # noqa: BLE001 (the recheck's first row loads it again and reports what fails)
+        pass
+
+
+def _first_call(scanner: Scanner) -> None:
+    """Run the real image processor once on a small blank image while the scan still runs: its first call
+    pays for imports and caches (~35 ms for Qwen2-VL's) that would otherwise come out of the rows' budget."""
+    try:
+        from PIL import Image
+
+        model = scanner.model
+        scanner.pipeline.count_exact(
+            scanner.family, model.image_processor, [Image.new("RGB", (64, 64))], model.settings
+        )
+    except Exception:  # noqa: BLE001 (only a warm-up: the rows' own calls report what fails)
         pass
 
 
