@@ -269,8 +269,6 @@ class ScanSession:
                     outcome = replace(outcome, findings=baseline.filter(outcome.findings))
                 summary.add(outcome)
                 verifier.offer(outcome)
-                if index == len(self.datasets) - 1:  # its workers are forked by now: no fork after it
-                    verifier.warm(self.scanner)
                 if progress is not None:
                     progress.advance()
                 rows += 1

@@ -12,15 +12,15 @@ Two budgets bound what that costs, whatever the images (issue 23, target 1):
   processors hold float copies of the whole image: about 70 bytes a pixel for Qwen2-VL's, so
   1.5 MP is ~110 MB at its peak); such rows are counted in their stratum as not checkable;
 - time: the whole self-check stops at `seconds` (the session's default: 10% of the scan's own time, at
-  least VERIFY_MIN_SECONDS): loading the real image processor counts (the larger of the loading thread's
-  CPU time, which the scan paid beside it, and the wait for it after the scan), the rows get the rest,
-  and at least VERIFY_MIN_ROW_SECONDS; a
+  least VERIFY_MIN_SECONDS): loading the real image processor counts (what the scan waits for it), the
+  rows get the rest, and at least VERIFY_MIN_ROW_SECONDS; a
   row whose predicted cost (its pixels at the rate measured so far) would overrun is left out, and
   smaller ones after it may still fit. The first row is always checked.
-The real image processor is loaded beside the scan, so that its imports (transformers: ~1 s) hide behind
-it: for a small dataset (a pre-commit manifest) in a forked process (Verifier.fork), which loads it on
-another core and later rechecks the rows there; else in a thread (Verifier.warm), as the scan's own
-worker processes already fill the cores. The rows themselves are rechecked after the scan. The summary says how many rows were checked and, when a budget left rows out, each stratum's rows and
+For a small dataset (a pre-commit manifest, whose scan stays in one process) the real image processor is
+loaded beside the scan in a forked process (Verifier.fork), on another core, which later rechecks the rows
+there: its imports (transformers: ~1 s) then hide behind the scan. Otherwise it is loaded after the scan:
+a thread beside a parallel scan slowed it by more than the load itself (the GIL it takes from the process
+that feeds the workers), and the worker processes already fill the cores. The summary says how many rows were checked and, when a budget left rows out, each stratum's rows and
 checked rows (Verifier.coverage).
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -93,11 +92,9 @@ class Verifier:
     left_by_time: int = 0  # rows that were to be checked when the time budget ran out
     spent: float = 0.0  # seconds the recheck took
     load_seconds: float = 0.0  # what loading the real image processor cost the scan (counted in `seconds`)
-    _load_cpu: float = 0.0  # the loading thread's CPU time
     # checked rows holding counted videos: the recheck runs the real image processor only, so their video
     # tokens come from the same formula both times (the real video processors need torch and torchvision)
     video_rows: int = 0
-    _warming: threading.Thread | None = None
     _process: _RecheckProcess | None = None
     _randoms: list[random.Random] = field(
         default_factory=lambda: [random.Random(SEED + i) for i in range(len(STRATA))]
@@ -128,26 +125,11 @@ class Verifier:
             if slot < self.size:
                 group.chosen[slot] = outcome.complete()
 
-    def warm(self, scanner: Scanner) -> None:
-        """Load the real image processor in a thread beside the scan, so that the recheck does not wait for
-        transformers' imports (~1 s) after it. Call it once the worker processes are forked (a fork while a
-        thread holds an import lock would leave the child stuck on that lock)."""
-        if self.size <= 0 or self._warming is not None or self._process is not None:
-            return
-
-        def load() -> None:
-            began = time.thread_time()
-            _load_image_processor(scanner)
-            self._load_cpu = time.thread_time() - began
-
-        self._warming = threading.Thread(target=load, name="vlmlint-verify-warm", daemon=True)
-        self._warming.start()
-
     def fork(self, scanner: Scanner) -> bool:
         """Load the real image processor in a forked process, which rechecks the rows there after the scan.
         Call it before the scan starts (no thread of this process runs yet); False where fork is not
-        available (the thread of `warm` then does the loading)."""
-        if self.size <= 0 or self._warming is not None or self._process is not None:
+        available (the image processor is then loaded after the scan)."""
+        if self.size <= 0 or self._process is not None:
             return False
         if "fork" not in multiprocessing.get_all_start_methods():
             return False
@@ -183,14 +165,8 @@ class Verifier:
         done = process.recheck(chosen, self.seconds) if process is not None else None
         if done is None:  # no process, or it failed: here, as without one
             waited = time.monotonic()
-            if self._warming is not None:
-                self._warming.join()
-            _load_image_processor(scanner)  # (where no thread did)
-            waited = time.monotonic() - waited
-            # Why count the load: on a busy machine the thread's imports slow the scan beside it by about
-            # their CPU time, and whatever is left of them after the scan is waited for; either is the
-            # self-check's cost.
-            done = recheck(scanner, chosen, self.seconds, max(self._load_cpu, waited), self.clock)
+            _load_image_processor(scanner)  # (the self-check's cost too: it counts in the budget)
+            done = recheck(scanner, chosen, self.seconds, time.monotonic() - waited, self.clock)
         self.skipped, self.load_seconds, self.spent = done.skipped, done.load_seconds, done.spent
         self.left_by_time += done.left_by_time
         self.video_rows += done.video_rows
