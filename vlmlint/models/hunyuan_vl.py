@@ -115,6 +115,25 @@ def _tokenizer_token(kwargs: dict[str, Any], name: str) -> Any:
     return getattr(value, "content", value)
 
 
+def _one_bound_applies(image_processor: Any) -> bool:
+    """Whether the installed image processor's _standardize_kwargs takes min_pixels or max_pixels alone
+    (5.20.0 on); 5.16.1's replaces size only when both are given, so one alone changes nothing there.
+    Read from the class itself, on a copy of its own size."""
+    import warnings
+
+    standardize = getattr(image_processor, "_standardize_kwargs", None)
+    size = getattr(image_processor, "size", None)
+    if standardize is None or size is None:
+        return True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 5.2x's deprecation of the two keys
+            probe = standardize(size=dict(size), min_pixels=1)
+    except Exception:  # noqa: BLE001 (a class that cannot be probed: the newer behaviour)
+        return True
+    return _edge(probe.get("size"), "shortest_edge") == 1
+
+
 def settings_from(
     image_processor: Any, processor_config: dict[str, Any], model_config: dict[str, Any]
 ) -> HunyuanSettings:
@@ -130,10 +149,12 @@ def settings_from(
 
     size = pipeline("size", None)
     min_pixels, max_pixels = _edge(size, "shortest_edge"), _edge(size, "longest_edge")
-    if tokenizer_kwargs.get("min_pixels") is not None:
-        min_pixels = tokenizer_kwargs["min_pixels"]
-    if tokenizer_kwargs.get("max_pixels") is not None:
-        max_pixels = tokenizer_kwargs["max_pixels"]
+    low, high = tokenizer_kwargs.get("min_pixels"), tokenizer_kwargs.get("max_pixels")
+    if (low is not None and high is not None) or _one_bound_applies(image_processor):
+        if low is not None:
+            min_pixels = low
+        if high is not None:
+            max_pixels = high
     if not min_pixels or not max_pixels:
         # HunYuanVLImageProcessorPil.resize raises the same on every image
         raise CountError(f"`size` dict must contain 'shortest_edge' and 'longest_edge' keys but got {size}.")
