@@ -83,6 +83,20 @@ class VideoPositions:
     beyond: int | None
 
 
+def stacked_videos(counts: list[VideoCount], processor: str) -> None:
+    """The processor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt", as
+    trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError
+    ("Unable to convert output 'pixel_values_videos' ... stack expects each tensor to be equal size")."""
+    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
+    if len(set(shapes)) > 1:
+        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
+        raise CountError(
+            f"the row's videos keep different frames ({listed}): {processor} stacks them into one "
+            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
+            "or sample the same number of frames"
+        )
+
+
 @dataclass(frozen=True)
 class RowCount:
     """A whole row counted by the real processor (the fallback): its input_ids length and image tokens."""

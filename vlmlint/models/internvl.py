@@ -29,6 +29,7 @@ from vlmlint.models.base import (
     image_processor_types,
     no_knob,
     positive_int,
+    stacked_videos,
 )
 from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.records import VideoMeta
@@ -297,18 +298,9 @@ def count_video(meta: VideoMeta, settings: InternVLVideoSettings) -> VideoCount:
 
 
 def check_videos(counts: list[VideoCount], settings: InternVLVideoSettings) -> None:
-    """InternVLProcessor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt",
-    as trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError
-    ("Unable to convert output 'pixel_values_videos' ... stack expects each tensor to be equal size")."""
+    """InternVLProcessor stacks a row's videos into one tensor (base.stacked_videos)."""
     del settings
-    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
-    if len(set(shapes)) > 1:
-        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
-        raise CountError(
-            f"the row's videos keep different frames ({listed}): InternVLProcessor stacks them into one "
-            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
-            "or sample the same number of frames"
-        )
+    stacked_videos(counts, "InternVLProcessor")
 
 
 def expand_video(count: VideoCount, settings: InternVLVideoSettings) -> Expansion:

@@ -32,14 +32,12 @@ from vlmlint.models.base import (
     image_processor_types,
     no_knob,
     positive_int,
+    stacked_videos,
 )
 from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.models.llava import PLACEHOLDER, Size, resize_output
 from vlmlint.models.llava_next import count, count_exact, expand, settings_from
-from vlmlint.models.llava_onevision import (  # BaseVideoProcessor.sample_frames and the stacking, shared
-    sampled_frames,
-    stacked_videos,
-)
+from vlmlint.models.llava_onevision import sampled_frames  # BaseVideoProcessor.sample_frames, shared
 from vlmlint.records import VideoMeta
 
 __all__ = ["count", "count_exact", "expand", "settings_from"]  # LLaVA-NeXT's image hooks, found by name

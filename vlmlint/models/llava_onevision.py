@@ -36,6 +36,7 @@ from vlmlint.models.base import (
     image_processor_types,
     no_knob,
     positive_int,
+    stacked_videos,
 )
 from vlmlint.models.knobs import VideoKnob, frame_knobs
 from vlmlint.models.llava_next import select_best_resolution  # the same pinpoint choice
@@ -318,20 +319,6 @@ def count_video(meta: VideoMeta, settings: OnevisionVideoSettings) -> VideoCount
     height, width = _resized(meta, settings)
     pooled = settings.pooled
     return VideoCount(frames, height, width, (frames, pooled, pooled), frames * pooled * pooled + 1, mode)
-
-
-def stacked_videos(counts: list[VideoCount], processor: str) -> None:
-    """The processor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt", as
-    trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError
-    ("Unable to convert output 'pixel_values_videos' ... stack expects each tensor to be equal size")."""
-    shapes = [(count.frames, count.resized_height, count.resized_width) for count in counts]
-    if len(set(shapes)) > 1:
-        listed = ", ".join(f"{frames} frames of {w}x{h}" for frames, h, w in shapes)
-        raise CountError(
-            f"the row's videos keep different frames ({listed}): {processor} stacks them into one "
-            "tensor and raises (stack expects each tensor to be equal size); give each video its own row "
-            "or sample the same number of frames"
-        )
 
 
 def check_videos(counts: list[VideoCount], settings: OnevisionVideoSettings) -> None:
