@@ -83,6 +83,26 @@ class VideoPositions:
     beyond: int | None
 
 
+def frames_as_read(meta: Any) -> tuple[int, int]:
+    """(height, width) of a video's frames as transformers' video processors read them. A frame list
+    reaches them as (frames, H, W, 3) arrays, and infer_channel_dimension_format takes a height of 1 or 3
+    for the channels: each frame is then read as W px high and 3 px wide (a decoded clip is channels-first
+    already, so only frame lists are affected)."""
+    if meta.frames_from == "frame list" and meta.height in (1, 3):
+        return meta.width, 3
+    return meta.height, meta.width
+
+
+def refuse_channels_first_frames(meta: Any, processor: str) -> None:
+    """Where a family does not reproduce frames_as_read: a frame list 1 or 3 px high is not counted."""
+    if meta.frames_from == "frame list" and meta.height in (1, 3):
+        raise CountError(
+            f"the frame list's frames are {meta.width}x{meta.height}: transformers reads frames 1 or 3 px "
+            f"high as channels-first ({meta.width} px high, 3 px wide), which vlmlint does not reproduce for "
+            f"{processor}; not counted"
+        )
+
+
 def stacked_videos(counts: list[VideoCount], processor: str) -> None:
     """The processor stacks a row's videos into one pixel_values_videos tensor (return_tensors="pt", as
     trainers call it): their kept frame counts and frame sizes must agree, or it raises ValueError

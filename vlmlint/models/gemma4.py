@@ -46,6 +46,7 @@ from vlmlint.models.base import (
     ImageCount,
     Run,
     VideoCount,
+    frames_as_read,
     image_processor_types,
     no_knob,
     positive_int,
@@ -333,11 +334,7 @@ def count_video(meta: VideoMeta, settings: Gemma4VideoSettings) -> VideoCount:
     if meta.height < 1 or meta.width < 1:
         raise CountError(f"frame size {meta.width}x{meta.height} is empty")
     frame = settings.frame_settings()
-    height, width = meta.height, meta.width
-    if meta.frames_from == "frame list" and height in (1, 3):
-        # A frame list reaches the processor as (frames, H, W, 3) arrays, and infer_channel_dimension_format
-        # takes a height of 1 or 3 for the channels: each frame is then read as W px high and 3 px wide.
-        height, width = width, 3
+    height, width = frames_as_read(meta)  # (a frame list 1 or 3 px high is read channels-first)
     if settings.do_resize:
         height, width = aspect_ratio_preserving_size(height, width, frame)
     else:

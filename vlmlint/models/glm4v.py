@@ -59,6 +59,7 @@ from vlmlint.models.base import (
     VideoCount,
     image_processor_types,
     positive_int,
+    refuse_channels_first_frames,
 )
 from vlmlint.models.knobs import (
     DURATION_GRID,
@@ -490,6 +491,7 @@ def count_video(meta: VideoMeta, settings: GlmVideoSettings) -> VideoCount:
     frame count (the bounds are on frames x height x width; Qwen3-VL's copy of it is reused), padded to
     temporal_patch_size, grid_h * grid_w / merge^2 <|image|> per temporal group. `timestamps`: each
     group's first frame's time (index / fps, fps 24 where unknown), as replace_video_token reads them."""
+    refuse_channels_first_frames(meta, settings.processor)
     indices, mode = sampled_indices(meta, settings)
     frames = len(indices)
     if frames < 1:

@@ -29,6 +29,7 @@ from vlmlint.models.base import (
     Family,
     Run,
     VideoCount,
+    frames_as_read,
     image_processor_types,
     no_knob,
     positive_int,
@@ -126,7 +127,9 @@ def count_video(meta: VideoMeta, settings: LlavaNextVideoSettings) -> VideoCount
         raise CountError("the video has no frames")
     if meta.height < 1 or meta.width < 1:
         raise CountError(f"frame size {meta.width}x{meta.height} is empty")
-    height, width = frame_size(meta.height, meta.width, settings)
+    height, width = frame_size(
+        *frames_as_read(meta), settings
+    )  # (a frame list 1 or 3 px high: channels-first)
     per_frame = (height // settings.patch_size) * (width // settings.patch_size) // 4
     return VideoCount(frames, height, width, (frames, per_frame), per_frame * frames, mode)
 

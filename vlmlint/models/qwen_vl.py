@@ -25,6 +25,7 @@ from vlmlint.models.base import (
     VideoPositions,
     image_processor_types,
     positive_int,
+    refuse_channels_first_frames,
 )
 from vlmlint.models.compat import installed_at_least
 from vlmlint.models.knobs import (
@@ -572,6 +573,7 @@ def count_video(meta: VideoMeta, settings: QwenVideoSettings) -> VideoCount:
     """Qwen2VLVideoProcessor: frames sampled, each resized by smart_resize, padded to temporal_patch_size
     by repeating the last, one <|video_pad|> per merged patch of each temporal group. Qwen3VLVideoProcessor:
     its own sampling (np.linspace indices) and a budget over every frame's pixels."""
+    refuse_channels_first_frames(meta, settings.processor)
     if settings.qwen3:
         return _count_video_qwen3(meta, settings)
     frames, mode = sampled_frames(meta, settings)
