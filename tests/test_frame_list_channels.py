@@ -31,6 +31,8 @@ def test_frames_as_read(height, width, read):
 @pytest.mark.parametrize("folder", ["qwen2-vl", "qwen3-vl", "glm-4.1v-9b-thinking"])
 def test_families_that_do_not_reproduce_it_refuse(folder):
     model = load_model(str(PROCESSORS / folder))
+    if model.video_settings is None:  # this transformers release's videos are refused for it already
+        pytest.skip(f"{folder}: videos not counted here: {model.video_refusal}")
     with pytest.raises(CountError, match="channels-first"):
         model.family.count_video(_frames(3, 64), model.video_settings)
     try:  # a frame list 28 px high is counted, or refused for another reason (sampling a list of images)
