@@ -37,6 +37,7 @@ from vlmlint.models.knobs import (
     VideoKnob,
     grid_of,
     patches_words,
+    settings_at,
 )
 from vlmlint.records import VideoMeta
 
@@ -719,9 +720,6 @@ def video_knobs(settings: QwenVideoSettings, pipeline: Any) -> tuple[list[VideoK
     knobs: list[VideoKnob] = []
     notes: list[str] = []
 
-    def at(field_name: str) -> Any:
-        return lambda value: (pipeline, dataclasses.replace(settings, **{field_name: value}))
-
     if not settings.do_sample_frames:
         notes.append(
             f"fps, max_frames: {processor} keeps every frame (do_sample_frames is false), so neither applies; "
@@ -733,13 +731,20 @@ def video_knobs(settings: QwenVideoSettings, pipeline: Any) -> tuple[list[VideoK
         notes.append(f"fps, max_frames: {processor} has no fps to sample with")
     else:
         knobs.append(
-            VideoKnob("fps", mode, settings.fps, grid_of(FPS_GRID, settings.fps), FPS_WORDS, at("fps"))
+            VideoKnob(
+                "fps",
+                mode,
+                settings.fps,
+                grid_of(FPS_GRID, settings.fps),
+                FPS_WORDS,
+                settings_at(settings, pipeline, "fps"),
+            )
         )
         low = max(settings.min_frames, 1)
         knobs.append(
             VideoKnob(
                 "max_frames", mode, settings.max_frames, grid_of(FRAMES_GRID, settings.max_frames, low),
-                f"{FRAMES_WORDS}, from min_frames {low}", at("max_frames"),
+                f"{FRAMES_WORDS}, from min_frames {low}", settings_at(settings, pipeline, "max_frames"),
             )
         )  # fmt: skip
     if not settings.do_resize:
@@ -753,7 +758,7 @@ def video_knobs(settings: QwenVideoSettings, pipeline: Any) -> tuple[list[VideoK
                 pixel_name, mode, settings.max_pixels,
                 grid_of((n * step for n in PATCHES_GRID), settings.max_pixels, settings.min_pixels),
                 f"{what}: {patches_words(settings.factor)}, from min_pixels {settings.min_pixels}",
-                at("max_pixels"),
+                settings_at(settings, pipeline, "max_pixels"),
             )
         )  # fmt: skip
     return knobs, notes
