@@ -13,15 +13,15 @@ Two budgets bound what that costs, whatever the images (issue 23, target 1):
   1.5 MP is ~110 MB at its peak); such rows are counted in their stratum as not checkable;
 - time: the whole self-check stops at `seconds` (the session's default: 10% of the scan's own time, at
   least VERIFY_MIN_SECONDS): loading the real image processor counts (what the scan waits for it), the
-  rows get the rest, and at least VERIFY_MIN_ROW_SECONDS; a
-  row whose predicted cost (its pixels at the rate measured so far) would overrun is left out, and
-  smaller ones after it may still fit. The first row is always checked.
+  rows get the rest, and at least VERIFY_MIN_ROW_SECONDS; a row whose predicted cost (its pixels at the
+  rate measured so far) would overrun is left out, and smaller ones after it may still fit. The first
+  row is always checked.
 For a small dataset (a pre-commit manifest, whose scan stays in one process) the real image processor is
 loaded beside the scan in a forked process (Verifier.fork), on another core, which later rechecks the rows
 there: its imports (transformers: ~1 s) then hide behind the scan. Otherwise it is loaded after the scan:
 a thread beside a parallel scan slowed it by more than the load itself (the GIL it takes from the process
-that feeds the workers), and the worker processes already fill the cores. The summary says how many rows were checked and, when a budget left rows out, each stratum's rows and
-checked rows (Verifier.coverage).
+that feeds the workers), and the worker processes already fill the cores. The summary says how many rows
+were checked and, when a budget left rows out, each stratum's rows and checked rows (Verifier.coverage).
 """
 
 from __future__ import annotations
